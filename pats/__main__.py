@@ -1,0 +1,5 @@
+import sys
+
+from pats.cli.main import main
+
+sys.exit(main())

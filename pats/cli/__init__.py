@@ -1,0 +1,1 @@
+"""The `pats` command line."""

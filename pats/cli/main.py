@@ -1,0 +1,135 @@
+"""`pats` command line: validate, show and schema for specs.
+
+Errors from the pats error tree print without a traceback and exit with their code
+(2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pats.errors import PatsError, SpecError
+
+EPILOG = """examples:
+  pats validate experiments/*.yaml
+  pats show experiments/quickstart.yaml trainer.steps=3 scaffold.mode=none
+  pats schema --check
+overrides are dotted keys, e.g. trainer.steps=20 reviser.kind=llm reviser.llm.model=openai/gpt-4o-mini"""
+
+
+def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
+    """Spec files and `key=value` overrides may be given in any order."""
+    specs = [i for i in items if "=" not in i or Path(i).suffix in {".yaml", ".yml"}]
+    overrides = [i for i in items if i not in specs]
+    return specs, overrides
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pats.spec import load_spec
+
+    specs, overrides = _split_args(args.items)
+    if not specs:
+        raise SpecError("no spec file given; run e.g. `pats validate experiments/quickstart.yaml`")
+    failed = 0
+    for spec_path in specs:
+        try:
+            spec = load_spec(spec_path, overrides)
+        except SpecError as err:
+            failed += 1
+            print(f"error: {err}", file=sys.stderr)
+            continue
+        print(
+            f"ok: {spec_path} ({spec.name}: {spec.environment.kind}, scaffold {spec.scaffold.mode}, "
+            f"{spec.trainer.backend} backend)"
+        )
+    if failed:
+        print(f"{failed} of {len(specs)} spec(s) failed validation", file=sys.stderr)
+        return SpecError.exit_code
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from pats.spec import load_spec, spec_to_yaml
+
+    specs, overrides = _split_args(args.items)
+    if len(specs) != 1:
+        raise SpecError(f"`pats show` takes exactly one spec file, got {len(specs)}: {specs}")
+    sys.stdout.write(spec_to_yaml(load_spec(specs[0], overrides)))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pats.spec.schema import SCHEMA_PATH, schema_text
+
+    target = Path(args.out or SCHEMA_PATH)
+    text = schema_text()
+    if args.check:
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            print(
+                f"error: {target} is out of date with the spec models; run `pats schema` to rewrite it",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"ok: {target} matches the spec models")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pats",
+        description="Train LLM agents with RL and a policy-centric training scaffold.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from pats import __version__
+
+    parser.add_argument("--version", action="version", version=f"pats {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "validate",
+        help="check spec files without running anything",
+        description="Validate spec files; every problem is reported with its YAML path. "
+        "Exit code 0 if all are valid, 2 otherwise.",
+    )
+    p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="spec files and overrides")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "show",
+        help="print the fully resolved spec (bases, interpolation, overrides)",
+        description="Print the resolved spec as YAML: every default filled in. "
+        "The output is itself a valid spec.",
+    )
+    p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "schema",
+        help="write or check the JSON Schema editors use for specs",
+        description="Write schemas/experiment.schema.json from the spec models, or "
+        "with --check fail if it is out of date.",
+    )
+    p.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on drift")
+    p.add_argument("--out", help="where to write (default schemas/experiment.schema.json)")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PatsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The error tree of pats. Every message says what went wrong and what to write or do instead.
+
+The CLI prints these without a traceback (exit code 2 for spec problems, 3 for missing
+prerequisites, 1 for everything else); anything outside this tree is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class PatsError(Exception):
+    """Base of every error pats raises on purpose."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a spec: where (dotted YAML path), what, and what to write instead."""
+
+    path: str
+    message: str
+    source: str = ""  # file (and line) or "override 'a.b=c'" the problem came from
+
+    def render(self) -> str:
+        where = self.path or "<top level>"
+        origin = f" [{self.source}]" if self.source else ""
+        return f"{where}: {self.message}{origin}"
+
+
+class SpecError(PatsError):
+    """A spec that cannot be loaded or validated. Holds every problem found, not just the first."""
+
+    exit_code = 2
+
+    def __init__(self, issues: list[SpecIssue] | SpecIssue | str, *, file: str = ""):
+        if isinstance(issues, str):
+            issues = [SpecIssue("", issues)]
+        elif isinstance(issues, SpecIssue):
+            issues = [issues]
+        self.issues = list(issues)
+        self.file = file
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        n = len(self.issues)
+        head = f"{self.file}: " if self.file else ""
+        head += f"{n} problem{'s' if n != 1 else ''} in the spec"
+        return head + "\n" + "\n".join("  " + issue.render() for issue in self.issues)
+
+
+class PrerequisiteError(PatsError):
+    """Something the run needs is not installed or not present (a package, data, Java, a GPU)."""
+
+    exit_code = 3
+
+
+class BackendError(PatsError):
+    """The policy backend failed (model load, rollout, update)."""
+
+
+class JudgeError(PatsError):
+    """A judge or reviser could not produce a usable answer (after its retries)."""
+
+
+class EnvironmentFault(PatsError):
+    """An environment failed while playing an episode (e.g. its process died)."""

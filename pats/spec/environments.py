@@ -1,0 +1,109 @@
+"""Environment sections of the spec, one model per `kind` (a discriminated union).
+
+Each model holds what its environment needs to list and start tasks. Paths are kept as strings and
+resolved relative to the working directory when the environment is built, not when the spec loads:
+`pats validate` checks the shape of a spec, not that data is on this machine.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from pats.spec.base import SpecModel
+
+TwxGame = Literal[
+    "twc", "cookingworld", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder"
+]
+AlfworldTaskType = Literal[
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+]
+ALFWORLD_TASK_TYPES: tuple[str, ...] = AlfworldTaskType.__args__  # type: ignore[attr-defined]
+
+
+class _EnvCommon(SpecModel):
+    max_turns: int = Field(10, ge=1, le=200, description="Turns per episode before it counts as failed.")
+    history_window: int = Field(
+        2, ge=0, le=50, description="How many past action/observation pairs the prompt shows."
+    )
+    num_train_tasks: int = Field(1000, ge=1, description="Size of the training task pool.")
+    num_eval_tasks: int = Field(128, ge=1, description="Held-out tasks used by evaluation.")
+
+
+class TwxEnvSpec(_EnvCommon):
+    """TextWorldExpress games (ships its games; needs Java 17)."""
+
+    kind: Literal["twx"] = "twx"
+    game: TwxGame = "twc"
+    params: dict[str, int] = Field(
+        default_factory=dict,
+        description="Game parameters passed to TextWorldExpress, e.g. {numLocations: 1}.",
+    )
+    train_fold: Literal["train", "dev", "test"] = "train"
+    eval_fold: Literal["train", "dev", "test"] = "dev"
+    reward: Literal["win", "score"] = Field(
+        "win", description="win: 1 if the game is won else 0; score: the game's own partial score."
+    )
+
+
+class AlfworldEnvSpec(_EnvCommon):
+    """The real ALFWorld TextWorld-PDDL games."""
+
+    kind: Literal["alfworld"] = "alfworld"
+    data_dir: str | None = Field(
+        None, description="Folder with ALFWorld's json_2.1.1 games; unset means $ALFWORLD_DATA."
+    )
+    task_types: tuple[AlfworldTaskType, ...] = ALFWORLD_TASK_TYPES  # type: ignore[assignment]
+    train_split: Literal["train", "valid_seen", "valid_unseen"] = "train"
+    eval_split: Literal["train", "valid_seen", "valid_unseen"] = "valid_seen"
+    max_turns: int = Field(50, ge=1, le=200)
+
+
+class WebshopEnvSpec(_EnvCommon):
+    """WebShop's text protocol over a product catalog (bm25s search)."""
+
+    kind: Literal["webshop"] = "webshop"
+    catalog: str | None = Field(
+        None, description="WebShop items_shuffle*.json; unset uses the small built-in catalog."
+    )
+    instructions: str | None = Field(None, description="WebShop items_human_ins.json (goals).")
+    search_results: int = Field(10, ge=1, le=50, description="Products shown per results page.")
+    max_turns: int = Field(15, ge=1, le=200)
+
+
+class Bm25RetrieverSpec(SpecModel):
+    kind: Literal["bm25"] = "bm25"
+    corpus: str = Field(description="JSONL corpus with one passage per line ({id, contents}).")
+    top_k: int = Field(3, ge=1, le=50)
+
+
+class HttpRetrieverSpec(SpecModel):
+    kind: Literal["http"] = "http"
+    url: str = Field(description="Search-R1 retrieval server, e.g. http://127.0.0.1:8000/retrieve.")
+    top_k: int = Field(3, ge=1, le=50)
+    timeout_s: float = Field(10.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=20)
+
+
+RetrieverSpec = Annotated[Bm25RetrieverSpec | HttpRetrieverSpec, Field(discriminator="kind")]
+
+
+class SearchQaEnvSpec(_EnvCommon):
+    """Search-R1 protocol: <search>, <information>, <answer>; exact-match reward."""
+
+    kind: Literal["search_qa"] = "search_qa"
+    train_data: tuple[str, ...] = Field(description="JSONL/parquet files of questions with golden answers.")
+    eval_data: tuple[str, ...] = Field(description="Held-out question files.")
+    retriever: RetrieverSpec
+    max_turns: int = Field(4, ge=1, le=50)
+
+
+EnvironmentSpec = Annotated[
+    TwxEnvSpec | AlfworldEnvSpec | WebshopEnvSpec | SearchQaEnvSpec, Field(discriminator="kind")
+]

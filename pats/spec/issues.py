@@ -1,0 +1,137 @@
+"""Turn pydantic's validation errors into `SpecIssue`s a user can act on.
+
+Each issue gets the dotted YAML path (union tags removed), the offending value, and what to write
+instead: the allowed values, the close match for a misspelled key, the keys allowed at that level.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from pats.errors import SpecIssue
+
+
+def issues_from_validation(err: ValidationError, data: dict) -> list[SpecIssue]:
+    from pats.spec.models import ExperimentSpec
+
+    issues: list[SpecIssue] = []
+    for e in err.errors():
+        if e["type"] == "spec_contradiction":
+            issues.extend(SpecIssue(path, msg) for path, msg in e["ctx"]["problems"])
+            continue
+        path, model = _yaml_path(ExperimentSpec, e["loc"])
+        issues.append(SpecIssue(".".join(map(str, path)), _message(e, path, model)))
+    return sorted(set(issues), key=lambda i: (i.path, i.message))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
+    kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
+    if kind == "extra_forbidden":
+        key = str(path[-1])
+        allowed = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown key '{key}'; {hint}keys allowed here: {', '.join(allowed)}"
+    if kind == "union_tag_invalid":
+        tags = ctx.get("expected_tags", "")
+        return f"unknown kind {_show(ctx.get('tag'))}; write one of: {tags.replace(chr(39), '')}"
+    if kind == "union_tag_not_found":
+        return "missing its kind; add kind: with one of the kinds listed in docs/specs.md"
+    if kind == "missing":
+        field = parent.model_fields.get(str(path[-1])) if parent else None
+        what = f" ({field.description})" if field is not None and field.description else ""
+        return f"required but missing{what}; add it"
+    if kind == "literal_error":
+        allowed = ctx.get("expected", "").replace("'", "")
+        return f"{_show(value)} is not allowed; write one of: {allowed}"
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        bound = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[
+            kind
+        ]
+        limit = next(iter(ctx.values()), "?")
+        return f"{_show(value)} is out of range; write a number {bound} {limit}"
+    if kind in {"int_parsing", "int_type", "int_from_float"}:
+        return f"{_show(value)} is not a whole number; write an integer such as 8"
+    if kind in {"float_parsing", "float_type"}:
+        return f"{_show(value)} is not a number; write a number such as 0.5"
+    if kind in {"bool_parsing", "bool_type"}:
+        return f"{_show(value)} is not a boolean; write true or false"
+    if kind in {"string_type"}:
+        return f"{_show(value)} is not text; write a string (quote it in YAML if needed)"
+    if kind in {"model_type", "model_attributes_type", "dict_type"}:
+        return f"expected a mapping of keys, got {_show(value)}"
+    if kind in {"tuple_type", "list_type"}:
+        return f"expected a list, got {_show(value)}; write e.g. [a, b]"
+    if kind == "string_pattern_mismatch":
+        return f"{_show(value)} must match {ctx.get('pattern')} (letters, digits, _ . - only)"
+    if kind == "string_too_short":
+        return f"{_show(value)} is too short; it must not be empty"
+    msg = e["msg"].removeprefix("Value error, ")
+    return msg if kind == "value_error" else f"{msg} (got {_show(value)})"
+
+
+def _yaml_path(root: type[BaseModel], loc: tuple) -> tuple[list, type[BaseModel] | None]:
+    """Drop the union-tag entries pydantic puts into `loc`; return the path and the model that
+    holds its last key (for listing the keys allowed there)."""
+    path: list = []
+    current: Any = root
+    parent: type[BaseModel] | None = root
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        path.append(part)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            parent = current
+            field = current.model_fields.get(str(part))
+            current = field.annotation if field else None
+        else:
+            current = _item_type(current)
+        choices = _model_choices(current)
+        if len(choices) > 1 and parts and parts[0] in choices:
+            current = choices[parts.pop(0)]
+        elif len(choices) == 1:
+            current = next(iter(choices.values()))
+    if (
+        path
+        and isinstance(path[-1], str)
+        and not (isinstance(current, type) and issubclass(current, BaseModel))
+    ):
+        return path, parent
+    return path, current if isinstance(current, type) and issubclass(current, BaseModel) else parent
+
+
+def _unwrap(tp: Any) -> Any:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _model_choices(tp: Any) -> dict[str, type[BaseModel]]:
+    """Models a field may hold, keyed by their tag (kind/backend default) or class name."""
+    tp = _unwrap(tp)
+    if tp is None:
+        return {}
+    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    out: dict[str, type[BaseModel]] = {}
+    for arg in args:
+        arg = _unwrap(arg)
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            tag_field = arg.model_fields.get("kind") or arg.model_fields.get("backend")
+            out[str(tag_field.default) if tag_field else arg.__name__] = arg
+    return out
+
+
+def _item_type(tp: Any) -> Any:
+    tp = _unwrap(tp)
+    args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+    return args[-1] if args else None

@@ -1,0 +1,311 @@
+"""The experiment spec: the one source of defaults for every run.
+
+A YAML file is loaded by `pats.spec.loader`, validated once into these frozen models, and nothing
+downstream reads YAML or falls back to defaults of its own. Cross-field rules live in
+`ExperimentSpec._check_combinations` and report every contradiction at once.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from pats.spec.base import SpecModel, tag_or_default
+from pats.spec.environments import EnvironmentSpec
+
+EMBEDDED_POLICY = "smollm2-135m-instruct"
+CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
+DEFAULT_CARDS: tuple[str, ...] = ("outcome", "contrast", "failure", "utility")
+
+
+class LoraSpec(SpecModel):
+    rank: int = Field(16, ge=1, le=1024)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class PolicySpec(SpecModel):
+    model: str = Field(
+        EMBEDDED_POLICY,
+        description=f"Hugging Face model id or directory; '{EMBEDDED_POLICY}' is the embedded default.",
+    )
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    lora: LoraSpec | None = Field(default_factory=LoraSpec, description="null trains all weights.")
+    action: Literal["generate", "score"] = Field(
+        "generate",
+        description="generate: free text parsed into an action; score: softmax over admissible actions.",
+    )
+    temperature: float = Field(1.0, gt=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(64, ge=1, le=8192, description="Per turn, in generate mode.")
+    score_normalization: Literal["mean", "sum"] = Field(
+        "mean", description="score mode: mean token log-prob (length-normalized) or the plain sum."
+    )
+    max_prompt_tokens: int = Field(1024, ge=16)
+    max_response_tokens: int = Field(512, ge=1, description="Policy tokens per episode, all turns.")
+
+
+class ScaffoldBudget(SpecModel):
+    max_entries: int = Field(12, ge=1, description="Entries per task type before the judge prunes.")
+    max_tokens: int = Field(400, ge=1, description="Scaffold tokens per task type before pruning.")
+    view_tokens: int = Field(256, ge=1, description="Most scaffold tokens rendered into one prompt.")
+    card_tokens: int = Field(256, ge=16, description="Cap on the size of one evidence card.")
+
+
+class ScaffoldSpec(SpecModel):
+    mode: Literal["none", "static", "grow", "pats"] = Field(
+        "pats",
+        description="none: plain GRPO; static: initial bank, never edited; grow: add-only bank; pats: full loop.",
+    )
+    cards: tuple[CardType, ...] = Field(DEFAULT_CARDS, description="Evidence card types to build.")
+    removal: bool = Field(
+        True, description="false disables DELETE and COMPRESS (the removal ablation); grow never removes."
+    )
+    privileged: bool = Field(False, description="Allow the privileged `expert` card (uses expert plans).")
+    probe_fraction: float = Field(
+        0.25, ge=0.0, lt=1.0, description="Share of each group run without the scaffold (utility card)."
+    )
+    initial_bank: str | None = Field(None, description="Scaffold bank to start from (pats or SkillRL JSON).")
+    budget: ScaffoldBudget = Field(default_factory=ScaffoldBudget)
+    min_citations: int = Field(2, ge=0, le=10, description="Distinct cards each edit must cite.")
+
+    @field_validator("cards")
+    @classmethod
+    def _no_repeats(cls, cards: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({c for c in cards if cards.count(c) > 1})
+        if repeated:
+            raise ValueError(f"card types listed twice: {', '.join(repeated)}; list each once")
+        return cards
+
+
+class LLMSpec(SpecModel):
+    """A model behind LiteLLM, picked by its model string."""
+
+    model: str = Field(description="LiteLLM model string: openai/..., anthropic/..., hosted_vllm/...")
+    api_base: str | None = Field(
+        None, description="Endpoint for self-hosted models, e.g. http://host:8000/v1."
+    )
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key itself)."
+    )
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(1024, ge=16)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each retry.")
+    concurrency: int = Field(4, ge=1, le=256, description="LLM calls in flight at once.")
+    cache: bool = Field(False, description="Cache LLM responses (off: every step asks afresh).")
+
+    @field_validator("model")
+    @classmethod
+    def _provider_prefix(cls, model: str) -> str:
+        if "/" not in model or model.startswith("/") or model.endswith("/"):
+            raise ValueError(
+                f"'{model}' has no provider prefix; write a LiteLLM model string such as "
+                "'openai/gpt-4o-mini', 'anthropic/claude-3-5-haiku-latest' or 'hosted_vllm/<model>'"
+            )
+        return model
+
+
+class _JudgeCommon(SpecModel):
+    ema_alpha: float = Field(0.1, gt=0.0, le=1.0, description="Weight of the newest group success.")
+    compress_threshold: float = Field(0.7, ge=0.0, le=1.0)
+    revise_threshold: float = Field(0.3, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.revise_threshold > self.compress_threshold:
+            raise ValueError(
+                f"revise_threshold ({self.revise_threshold}) must not exceed compress_threshold "
+                f"({self.compress_threshold}): REVISE sits between EXPAND and COMPRESS"
+            )
+        return self
+
+
+class StatsJudgeSpec(_JudgeCommon):
+    kind: Literal["stats"] = "stats"
+
+
+class LLMJudgeSpec(_JudgeCommon):
+    kind: Literal["llm"] = "llm"
+    llm: LLMSpec
+    rubric: str | None = Field(None, description="Rubric YAML; unset uses judges/<environment kind>.yaml.")
+
+
+JudgeSpec = Annotated[
+    Annotated[StatsJudgeSpec, Tag("stats")] | Annotated[LLMJudgeSpec, Tag("llm")],
+    Discriminator(tag_or_default("kind", "stats")),
+]
+
+
+class RulesReviserSpec(SpecModel):
+    kind: Literal["rules"] = "rules"
+
+
+class LLMReviserSpec(SpecModel):
+    kind: Literal["llm"] = "llm"
+    llm: LLMSpec
+
+
+ReviserSpec = Annotated[
+    Annotated[RulesReviserSpec, Tag("rules")] | Annotated[LLMReviserSpec, Tag("llm")],
+    Discriminator(tag_or_default("kind", "rules")),
+]
+
+
+class _TrainerCommon(SpecModel):
+    steps: int = Field(100, ge=1)
+    tasks_per_step: int = Field(8, ge=1)
+    group_size: int = Field(8, ge=2, description="Rollouts per task (GRPO needs at least two).")
+    lr: float = Field(1e-5, gt=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    epochs: int = Field(1, ge=1, le=16, description="Optimizer passes over each step's rollouts.")
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="PPO-clip lower epsilon.")
+    clip_high: float = Field(0.2, gt=0.0, lt=10.0, description="PPO-clip upper epsilon.")
+    kl_coef: float = Field(0.0, ge=0.0, description="KL to the reference policy; 0 disables it.")
+    normalize_advantage_std: bool = Field(True, description="Divide group advantages by their std.")
+    checkpoint_every: int = Field(10, ge=1)
+
+
+class LocalTrainerSpec(_TrainerCommon):
+    backend: Literal["local"] = "local"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(None, ge=1, description="torch threads on CPU; unset uses all cores.")
+    autocast_bf16: bool = Field(True, description="bf16 autocast for forward passes where supported.")
+    micro_batch: int = Field(4, ge=1, description="Episodes per backward pass (gradient accumulation).")
+    logprob_chunk: int = Field(256, ge=16, description="Tokens per chunk when computing log-probs.")
+
+
+class VerlTrainerSpec(_TrainerCommon):
+    backend: Literal["verl"] = "verl"
+    nnodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    rollout_engine: Literal["vllm", "sglang"] = "vllm"
+    tensor_parallel: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)
+    micro_batch_per_gpu: int = Field(4, ge=1)
+    overrides: tuple[str, ...] = Field((), description="Extra verl Hydra overrides, key=value.")
+
+
+TrainerSpec = Annotated[
+    Annotated[LocalTrainerSpec, Tag("local")] | Annotated[VerlTrainerSpec, Tag("verl")],
+    Discriminator(tag_or_default("backend", "local")),
+]
+
+
+class EvalSpec(SpecModel):
+    every: int = Field(10, ge=1, description="Evaluate every k training steps (and after the last).")
+    at_start: bool = Field(True, description="Also evaluate the untrained policy.")
+    num_tasks: int | None = Field(
+        None, ge=1, description="Held-out tasks; unset uses environment.num_eval_tasks."
+    )
+    samples_per_task: int = Field(1, ge=1)
+    greedy: bool = Field(True, description="Greedy actions; false samples at the policy temperature.")
+    with_scaffold: bool = Field(True, description="Also evaluate with the scaffold to show the reliance gap.")
+
+
+class LoggingSpec(SpecModel):
+    root: str = Field("runs", description="Runs are written to <root>/<name>.")
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "pats"
+    entity: str | None = None
+    progress: bool = Field(True, description="Live progress display in the terminal.")
+
+
+class ExperimentSpec(SpecModel):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="Run name (folder-safe).")
+    seed: int = Field(0, ge=0)
+    environment: EnvironmentSpec
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    scaffold: ScaffoldSpec = Field(default_factory=ScaffoldSpec)
+    judge: JudgeSpec = Field(default_factory=StatsJudgeSpec)
+    reviser: ReviserSpec = Field(default_factory=RulesReviserSpec)
+    trainer: TrainerSpec = Field(default_factory=LocalTrainerSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
+
+    @model_validator(mode="after")
+    def _check_combinations(self):
+        problems = _contradictions(self)
+        if problems:
+            # One error carrying every contradiction; the loader turns each into its own issue.
+            summary = "; ".join(f"{path}: {msg}" for path, msg in problems)
+            raise PydanticCustomError(
+                "spec_contradiction", "{summary}", {"summary": summary, "problems": problems}
+            )
+        return self
+
+    def probe_count(self) -> int:
+        """Rollouts per group that run without the scaffold."""
+        if self.scaffold.mode == "none":
+            return 0
+        return round(self.scaffold.probe_fraction * self.trainer.group_size)
+
+
+def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """(YAML path, message) for each pair of options that contradict each other."""
+    sc, tr = spec.scaffold, spec.trainer
+    out: list[tuple[str, str]] = []
+    if sc.mode == "none":
+        # Options that would change something only if a scaffold existed. Checked on values, not on
+        # which keys were written, so that `pats show` output of a valid spec stays valid.
+        unused = {
+            "cards": sc.cards != DEFAULT_CARDS,
+            "initial_bank": sc.initial_bank is not None,
+            "privileged": sc.privileged,
+        }
+        for key in (k for k, is_set in unused.items() if is_set):
+            out.append(
+                (
+                    f"scaffold.{key}",
+                    f"mode 'none' builds no scaffold, so scaffold.{key} has no effect; "
+                    f"remove scaffold.{key} or pick mode pats, grow or static",
+                )
+            )
+    if sc.mode == "static" and sc.initial_bank is None:
+        out.append(
+            (
+                "scaffold.initial_bank",
+                "mode 'static' keeps an initial bank unchanged; set scaffold.initial_bank to a bank "
+                "file, or use mode none for plain GRPO",
+            )
+        )
+    if sc.mode != "none" and sc.probe_fraction > 0:
+        probes = round(sc.probe_fraction * tr.group_size)
+        if probes < 1 or probes > tr.group_size - 1:
+            out.append(
+                (
+                    "scaffold.probe_fraction",
+                    f"{sc.probe_fraction} of trainer.group_size {tr.group_size} gives {probes} probe "
+                    "rollouts; it must leave at least one rollout with and one without the scaffold: use "
+                    f"a fraction between {1 / tr.group_size:.3g} and {(tr.group_size - 1) / tr.group_size:.3g}, "
+                    "or 0 to turn probes off",
+                )
+            )
+    if sc.mode != "none" and "utility" in sc.cards and sc.probe_fraction == 0:
+        out.append(
+            (
+                "scaffold.cards",
+                "the utility card compares rollouts with and without the scaffold; set "
+                "scaffold.probe_fraction > 0 or remove utility from scaffold.cards",
+            )
+        )
+    if "expert" in sc.cards and not sc.privileged:
+        out.append(
+            (
+                "scaffold.cards",
+                "the expert card uses privileged expert plans; set scaffold.privileged: true to allow "
+                "it, or remove expert from scaffold.cards",
+            )
+        )
+    if spec.environment.kind == "search_qa" and "expert" in sc.cards:
+        out.append(("scaffold.cards", "search_qa has no expert plan; remove expert from scaffold.cards"))
+    if spec.policy.action == "score" and spec.environment.kind == "search_qa":
+        out.append(("policy.action", "search_qa has no admissible actions to score; use action: generate"))
+    if spec.policy.action == "score" and tr.backend == "verl":
+        out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
+    return out

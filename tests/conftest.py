@@ -1,0 +1,41 @@
+"""Shared fixtures. Tests run on CPU, offline; data from ../shared/data is found via `shared_data`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data beside the checkout (or $PATS_DATA). Under CI its absence is a failure."""
+    path = Path(os.environ.get("PATS_DATA", REPO.parent / "shared" / "data"))
+    if not path.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data missing at {path}: CI must run with ../shared beside the checkout")
+        pytest.skip(f"shared data not found at {path} (set PATS_DATA)")
+    return path
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write a file under tmp_path and return its path."""
+
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return _write

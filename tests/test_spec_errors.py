@@ -1,0 +1,193 @@
+"""Bad specs: each is refused with every problem, its YAML path, the value and what to write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pats.errors import SpecError
+from pats.spec import load_spec
+
+GOOD = "name: x\nenvironment: {kind: twx}\n"
+
+
+def problems(path, overrides=()):
+    with pytest.raises(SpecError) as info:
+        load_spec(path, overrides)
+    return {i.path: i for i in info.value.issues}
+
+
+def one(path, overrides=()):
+    found = problems(path, overrides)
+    assert len(found) == 1, found
+    return next(iter(found.values()))
+
+
+def test_unknown_key(write):
+    issue = one(write("s.yaml", GOOD + "colour: red\n"))
+    assert issue.path == "colour"
+    assert issue.message.startswith("unknown key 'colour'; keys allowed here: environment, eval, judge")
+
+
+def test_misspelled_key_suggests_close_match(write):
+    issue = one(write("s.yaml", GOOD + "trainer:\n  stpes: 3\n"))
+    assert issue.path == "trainer.stpes"
+    assert "did you mean 'steps'?" in issue.message
+    assert issue.source.endswith("s.yaml:4")
+
+
+def test_wrong_type(write):
+    issue = one(write("s.yaml", GOOD + "trainer: {steps: many}\n"))
+    assert (issue.path, issue.message) == (
+        "trainer.steps",
+        "'many' is not a whole number; write an integer such as 8",
+    )
+
+
+def test_out_of_range_number(write):
+    issue = one(write("s.yaml", GOOD + "trainer: {group_size: 1}\n"))
+    assert (issue.path, issue.message) == ("trainer.group_size", "1 is out of range; write a number >= 2")
+
+
+def test_unknown_environment_kind_lists_known(write):
+    issue = one(write("s.yaml", "name: x\nenvironment: {kind: minecraft}\n"))
+    assert issue.path == "environment"
+    assert issue.message == "unknown kind 'minecraft'; write one of: twx, alfworld, webshop, search_qa"
+
+
+@pytest.mark.parametrize(
+    ("section", "bad", "known"),
+    [
+        ("judge", "kind: oracle", "stats, llm"),
+        ("reviser", "kind: human", "rules, llm"),
+        ("trainer", "backend: jax", "local, verl"),
+    ],
+)
+def test_unknown_component_kind_lists_known(write, section, bad, known):
+    issue = one(write("s.yaml", GOOD + f"{section}: {{{bad}}}\n"))
+    assert issue.path == section
+    assert issue.message.endswith(f"write one of: {known}")
+
+
+def test_missing_required_field(write):
+    found = problems(write("s.yaml", "environment: {kind: twx}\n"))
+    assert found["name"].message == "required but missing (Run name (folder-safe).); add it"
+
+
+def test_missing_required_in_nested_kind(write):
+    found = problems(write("s.yaml", "name: x\nenvironment: {kind: search_qa, train_data: [a.jsonl]}\n"))
+    assert set(found) == {"environment.eval_data", "environment.retriever"}
+
+
+def test_literal_value_lists_allowed(write):
+    issue = one(write("s.yaml", GOOD + "scaffold: {mode: always}\n"))
+    assert (issue.path, issue.message) == (
+        "scaffold.mode",
+        "'always' is not allowed; write one of: none, static, grow or pats",
+    )
+
+
+def test_bad_override_syntax(write):
+    with pytest.raises(SpecError) as info:
+        load_spec(write("s.yaml", GOOD), ["trainer.steps"])
+    assert (
+        info.value.issues[0].message
+        == "override 'trainer.steps' is not key=value; write e.g. trainer.steps=10"
+    )
+
+
+def test_override_of_missing_key_names_the_override(write):
+    issue = one(write("s.yaml", GOOD), ["trainer.stepps=3"])
+    assert issue.path == "trainer.stepps" and "did you mean 'steps'?" in issue.message
+    assert issue.source == "override 'trainer.stepps=3'"
+
+
+def test_override_with_bad_value(write):
+    issue = one(write("s.yaml", GOOD), ["policy.temperature=0"])
+    assert (issue.path, issue.source) == ("policy.temperature", "override 'policy.temperature=0'")
+
+
+def test_broken_defaults_reference(write):
+    issue = one(write("s.yaml", "defaults: [missing.yaml]\n" + GOOD))
+    assert issue.path == "defaults.0"
+    assert issue.message.startswith("base spec 'missing.yaml' not found")
+
+
+def test_cyclic_defaults(write):
+    write("a.yaml", "defaults: [b.yaml]\nname: a\n")
+    path = write("b.yaml", "defaults: [a.yaml]\nname: b\n")
+    issue = one(path)
+    assert issue.path == "defaults" and issue.message.startswith("cyclic defaults:")
+    assert "a.yaml -> " in issue.message and issue.message.count("b.yaml") == 2
+
+
+def test_contradictions_reported_together(write):
+    found = problems(write("s.yaml", GOOD + "scaffold: {mode: none, cards: [outcome], privileged: true}\n"))
+    assert set(found) == {"scaffold.cards", "scaffold.privileged"}
+    assert "mode 'none' builds no scaffold" in found["scaffold.cards"].message
+
+
+def test_probe_fraction_needs_rollouts_on_both_sides(write):
+    issue = one(write("s.yaml", GOOD + "trainer: {group_size: 2}\nscaffold: {probe_fraction: 0.2}\n"))
+    assert issue.path == "scaffold.probe_fraction"
+    assert issue.message.startswith("0.2 of trainer.group_size 2 gives 0 probe rollouts")
+
+
+def test_static_needs_a_bank_and_expert_needs_privilege(write):
+    found = problems(write("s.yaml", GOOD + "scaffold: {mode: static, cards: [outcome, expert]}\n"))
+    assert set(found) == {"scaffold.initial_bank", "scaffold.cards"}
+
+
+def test_llm_model_needs_provider_prefix(write):
+    issue = one(write("s.yaml", GOOD + "reviser: {kind: llm, llm: {model: gpt-4o}}\n"))
+    assert issue.path == "reviser.llm.model" and "no provider prefix" in issue.message
+
+
+def test_empty_file(write):
+    issue = one(write("s.yaml", "# nothing here\n"))
+    assert issue.message.startswith("the file is empty")
+
+
+def test_yaml_syntax_error_reports_line(write):
+    issue = one(write("s.yaml", "name: x\nenvironment:\n  kind: twx\n   bad: [1, 2\n"))
+    assert issue.message.startswith("YAML syntax error at line 4")
+
+
+def test_non_mapping_top_level(write):
+    issue = one(write("s.yaml", "- name: x\n- environment: twx\n"))
+    assert issue.message.startswith("the top level is a list, not a mapping")
+
+
+def test_unresolvable_interpolation(write):
+    issue = one(write("s.yaml", GOOD + "eval: {num_tasks: '${environment.nope}'}\n"))
+    assert issue.message.startswith("cannot resolve interpolation")
+
+
+def test_yaml_cannot_construct_python_objects(write):
+    issue = one(write("s.yaml", "name: !!python/object/apply:os.system ['echo hi']\n"))
+    assert issue.message.startswith("YAML syntax error") or "cannot read YAML" in issue.message
+
+
+def test_all_problems_reported_at_once(write):
+    found = problems(
+        write(
+            "s.yaml",
+            "name: 'bad name'\nenvironment: {kind: twx, game: zork}\n"
+            "trainer: {steps: 0, lr: abc}\nlogging: {wandb: maybe}\n",
+        )
+    )
+    assert set(found) == {"name", "environment.game", "trainer.steps", "trainer.lr", "logging.wandb"}
+
+
+def test_cli_exit_code_2_and_no_traceback(write):
+    path = write("s.yaml", GOOD + "trainer: {stpes: 3, group_size: 1}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pats", "validate", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert (
+        "trainer.stpes: unknown key" in proc.stderr and "trainer.group_size: 1 is out of range" in proc.stderr
+    )

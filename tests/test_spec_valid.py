@@ -1,0 +1,115 @@
+"""Every shipped spec validates; the schema is in sync; `pats show` round-trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from pats.cli.main import main
+from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
+from pats.spec.schema import schema_text
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = sorted(p.relative_to(REPO) for p in (REPO / "experiments").rglob("*.yaml"))
+
+
+def test_there_are_specs_for_every_environment_and_mode():
+    specs = [load_spec(REPO / p) for p in SPECS]
+    assert {s.environment.kind for s in specs} == {"twx", "alfworld", "webshop", "search_qa"}
+    assert {s.scaffold.mode for s in specs} == {"none", "static", "grow", "pats"}
+    assert {s.reviser.kind for s in specs} == {"rules", "llm"}
+
+
+@pytest.mark.parametrize("path", SPECS, ids=str)
+def test_shipped_spec_validates_and_opens_with_its_command(path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    spec = load_spec(path)
+    assert isinstance(spec, ExperimentSpec)
+    first = (REPO / path).read_text().splitlines()[0]
+    assert first.startswith("# Run:") and "pats run" in first, (
+        f"{path} must open with the command that runs it"
+    )
+
+
+@pytest.mark.parametrize("path", SPECS, ids=str)
+def test_show_output_round_trips(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    spec = load_spec(path)
+    again = tmp_path / "shown.yaml"
+    again.write_text(spec_to_yaml(spec))
+    assert load_spec(again) == spec
+
+
+def test_cli_show_prints_resolved_spec(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert main(["show", "experiments/baselines/grpo.yaml", "trainer.steps=7"]) == 0
+    out = capsys.readouterr().out
+    assert "mode: none" in out and "steps: 7" in out and "name: quickstart-grpo" in out
+
+
+def test_cli_validate_all_experiments_exits_zero(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert main(["validate", *map(str, SPECS)]) == 0
+    assert capsys.readouterr().out.count("ok: ") == len(SPECS)
+
+
+def test_schema_file_is_in_sync_with_models():
+    on_disk = (REPO / "schemas" / "experiment.schema.json").read_text()
+    assert on_disk == schema_text(), "schemas/ drifted from the spec models: run `pats schema`"
+    schema = json.loads(on_disk)
+    assert "defaults" in schema["properties"] and "environment" in schema["required"]
+
+
+def test_schema_check_detects_drift(tmp_path, capsys):
+    stale = tmp_path / "s.json"
+    stale.write_text("{}\n")
+    assert main(["schema", "--check", "--out", str(stale)]) == 1
+    assert main(["schema", "--out", str(stale)]) == 0
+    assert main(["schema", "--check", "--out", str(stale)]) == 0
+
+
+def test_defaults_fill_in_and_kinds_default(write):
+    spec = load_spec(write("s.yaml", "name: x\nenvironment: {kind: twx}\ntrainer: {steps: 3}\n"))
+    assert spec.trainer.backend == "local" and spec.trainer.steps == 3
+    assert spec.judge.kind == "stats" and spec.reviser.kind == "rules"
+    assert spec.scaffold.cards == ("outcome", "contrast", "failure", "utility")
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.trainer.steps = 4
+
+
+def test_kind_change_replaces_section_instead_of_merging(write):
+    write(
+        "base.yaml",
+        "name: b\nenvironment: {kind: twx}\nreviser: {kind: llm, llm: {model: openai/gpt-4o-mini}}\n",
+    )
+    child = write("child.yaml", "defaults: [base.yaml]\nname: c\nreviser: {kind: rules}\n")
+    assert load_spec(child).reviser.kind == "rules"
+    assert load_spec(child, ["reviser.kind=rules"]).reviser.kind == "rules"
+
+
+def test_interpolation_and_env_default(write, monkeypatch):
+    monkeypatch.delenv("PATS_DATA", raising=False)
+    path = write(
+        "s.yaml",
+        "name: x\nenvironment: {kind: twx, num_eval_tasks: 8}\n"
+        "eval: {num_tasks: '${environment.num_eval_tasks}'}\n"
+        "scaffold: {mode: static, initial_bank: '${oc.env:PATS_DATA,/data}/bank.json'}\n",
+    )
+    spec = load_spec(path)
+    assert spec.eval.num_tasks == 8 and spec.scaffold.initial_bank == "/data/bank.json"
+    monkeypatch.setenv("PATS_DATA", "/elsewhere")
+    assert load_spec(path).scaffold.initial_bank == "/elsewhere/bank.json"
+
+
+def test_probe_count_follows_fraction(write):
+    spec = load_spec(write("s.yaml", "name: x\nenvironment: {kind: twx}\ntrainer: {group_size: 8}\n"))
+    assert spec.probe_count() == 2
+    assert (
+        load_spec(
+            write("n.yaml", "name: x\nenvironment: {kind: twx}\nscaffold: {mode: none}\n")
+        ).probe_count()
+        == 0
+    )
