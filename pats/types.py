@@ -1,0 +1,201 @@
+"""Typed records that cross stage boundaries: rollouts -> cards -> judge -> reviser -> scaffold.
+
+All frozen pydantic models, so every record can go to the JSONL event log as it is
+(`record.model_dump(mode="json")`) and no stage can mutate another's data. Token-level training data
+(ids, masks, log-probs) is not here: a backend keeps it beside its rollouts, keyed by `Rollout.id`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EntryKind = Literal["skill", "mistake", "plan"]
+CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
+VerdictLabel = Literal["helpful", "redundant", "harmful", "stale", "unscored"]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Task(Record):
+    """One training unit: a game, a product goal, a question."""
+
+    id: str  # unique across splits, e.g. "twx:twc:train:17"
+    type: str  # task type used for scopes and the judge, e.g. "twc", "pick_and_place_simple"
+    split: str
+    env: str  # environment kind
+    payload: dict[str, Any] = Field(default_factory=dict)  # what the environment needs to start it
+
+
+class Turn(Record):
+    observation: str  # what the policy saw before acting
+    action: str  # the action sent to the environment ("" if none could be parsed)
+    output: str = ""  # the policy's raw text (generate mode) or the chosen action (score mode)
+    valid: bool = True  # False: the environment rejected or could not parse the action
+    invalid_reason: str = ""
+    reward: float = 0.0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+
+
+class Rollout(Record):
+    id: str
+    task_id: str
+    scaffolded: bool  # False for probe rollouts run without the scaffold
+    scaffold_version: str  # the version hash pinned for the group ("" for the empty view)
+    turns: tuple[Turn, ...]
+    reward: float  # episode return used by GRPO
+    success: bool
+    truncated: bool = False  # ran out of turns
+    error: str = ""  # environment or backend fault that ended the episode
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(t.prompt_tokens for t in self.turns)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(t.response_tokens for t in self.turns)
+
+
+class RolloutGroup(Record):
+    """G rollouts of one task under one pinned scaffold version (probes run with the empty view)."""
+
+    step: int
+    task: Task
+    scaffold_version: str
+    rollouts: tuple[Rollout, ...]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.reward for r in self.rollouts]
+
+    @property
+    def informative(self) -> bool:
+        """Rewards not all equal, so GRPO gets a non-zero advantage from this group."""
+        return len(set(self.rewards)) > 1
+
+    @property
+    def scaffolded(self) -> tuple[Rollout, ...]:
+        return tuple(r for r in self.rollouts if r.scaffolded)
+
+    @property
+    def probes(self) -> tuple[Rollout, ...]:
+        return tuple(r for r in self.rollouts if not r.scaffolded)
+
+
+class EvidenceCard(Record):
+    """A deterministic, size-bounded summary of one rollout group, cited by judges and edits."""
+
+    id: str  # e.g. "c12-twx:twc:train:17-outcome"
+    type: CardType
+    step: int
+    task_id: str
+    task_type: str
+    scaffold_version: str
+    text: str  # rendered for LLMs, within the card token cap
+    tokens: int
+    data: dict[str, Any] = Field(default_factory=dict)  # the same facts, structured, for rules
+    privileged: bool = False  # built from expert plans: never shown to the policy
+
+
+class ReviewMode(str, Enum):
+    EXPAND = "EXPAND"
+    REVISE = "REVISE"
+    COMPRESS = "COMPRESS"
+    PRUNE = "PRUNE"
+
+
+class Verdict(Record):
+    entry_id: str
+    label: VerdictLabel
+    reason: str = ""
+    cites: tuple[str, ...] = ()
+
+
+class Assessment(Record):
+    """The judge's view of one task type at one step."""
+
+    task_type: str
+    mode: ReviewMode
+    ema_success: float
+    pressure: float
+    utility: float | None = None  # success with scaffold minus probes without, when probes ran
+    verdicts: tuple[Verdict, ...] = ()
+
+
+class AddEdit(Record):
+    op: Literal["ADD"] = "ADD"
+    kind: EntryKind
+    scope: str  # "general" | "type:<task type>" | "task:<task id>"
+    text: str
+    cites: tuple[str, ...] = ()
+
+
+class UpdateEdit(Record):
+    op: Literal["UPDATE"] = "UPDATE"
+    entry_id: str
+    text: str
+    cites: tuple[str, ...] = ()
+
+
+class DeleteEdit(Record):
+    op: Literal["DELETE"] = "DELETE"
+    entry_id: str
+    reason: str
+    cites: tuple[str, ...] = ()
+
+
+Edit = Annotated[Union[AddEdit, UpdateEdit, DeleteEdit], Field(discriminator="op")]
+
+
+class ScaffoldEntry(Record):
+    id: str
+    kind: EntryKind
+    scope: str
+    text: str
+    tokens: int  # counted with the policy's tokenizer
+    created_step: int
+    updated_step: int
+    cites: tuple[str, ...] = ()
+
+
+class ScaffoldVersion(Record):
+    number: int
+    hash: str  # content hash of the entries
+    step: int
+    parent: str | None
+    entries: tuple[ScaffoldEntry, ...]
+
+
+class ScaffoldView(Record):
+    """What one rollout group sees: the rendered guidance and the version it came from."""
+
+    version: str  # version hash; "" for the empty (deployment) view
+    text: str  # "" renders a prompt byte-identical to the plain one
+    entry_ids: tuple[str, ...] = ()
+    tokens: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.text
+
+
+EMPTY_VIEW = ScaffoldView(version="", text="")
+
+
+class ReviewResult(Record):
+    """Everything one review produced, for the event log and the store."""
+
+    step: int
+    cards: tuple[EvidenceCard, ...]
+    assessments: tuple[Assessment, ...]
+    edits: tuple[Edit, ...]  # the accepted edit set (may be empty)
+    refused: tuple[str, ...] = ()  # validation errors of refused edit sets
+    fallback: bool = False  # the LLM reviser failed and the rules reviser answered
+    llm_faults: int = 0
+    seconds: float = 0.0
