@@ -39,3 +39,12 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+@pytest.fixture(scope="session")
+def count_tokens():
+    """The embedded policy's real tokenizer as a token counter (converted once, then cached)."""
+    from pats.models import token_counter
+    from pats.spec.models import EMBEDDED_POLICY
+
+    return token_counter(EMBEDDED_POLICY)

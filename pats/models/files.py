@@ -87,3 +87,13 @@ def load_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(resolve_model_dir(model))
+
+
+def token_counter(model: str):
+    """`count(text) -> int` with the policy's tokenizer (no special tokens added)."""
+    tokenizer = load_tokenizer(model)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    return count
