@@ -1,0 +1,15 @@
+"""The training scaffold: the versioned store, its rendering into prompts, and initial banks."""
+
+from pats.scaffold.bank import load_bank
+from pats.scaffold.render import render_markdown, render_view, with_scaffold
+from pats.scaffold.store import EditError, ScaffoldStore, content_hash
+
+__all__ = [
+    "EditError",
+    "ScaffoldStore",
+    "content_hash",
+    "load_bank",
+    "render_markdown",
+    "render_view",
+    "with_scaffold",
+]

@@ -1,0 +1,239 @@
+"""Edit-set validation: each rule broken once, with the message fragment it must produce."""
+
+from __future__ import annotations
+
+import pytest
+
+from pats.reviser import validate_edits
+from pats.reviser.validate import similarity
+from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
+
+E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
+
+
+def card(task_id: str, type_: str, task_type: str = "twc") -> EvidenceCard:
+    return EvidenceCard(
+        id=f"c1-{task_id}-{type_}",
+        type=type_,
+        step=1,
+        task_id=task_id,
+        task_type=task_type,
+        scaffold_version="v1",
+        text="",
+        tokens=0,
+    )
+
+
+def entry(id: str, scope: str, text: str, kind: str = "skill") -> ScaffoldEntry:
+    return ScaffoldEntry(id=id, kind=kind, scope=scope, text=text, tokens=0, created_step=0, updated_step=0)
+
+
+CARDS = [card("t1", "outcome"), card("t1", "contrast"), card("t2", "outcome"), card("t2", "failure")]
+CARDS += [card("k1", "outcome", task_type="coin")]
+CITES = ("c1-t1-outcome", "c1-t1-contrast")
+ENTRIES = [
+    entry("e1", "general", "Read the goal before you act."),
+    entry("e2", "type:twc", "Open every closed container to find the items you need."),
+    entry("e3", "task:t1", "Steps that worked: take apple -> open fridge -> put apple in fridge", "plan"),
+    entry("e4", "type:coin", "Pick up coins as soon as you see them."),
+]
+
+
+def add(text: str, kind: str = "skill", scope: str = "type:twc", cites=CITES) -> AddEdit:
+    return AddEdit(kind=kind, scope=scope, text=text, cites=cites)
+
+
+def update(entry_id: str, text: str, cites=CITES) -> UpdateEdit:
+    return UpdateEdit(entry_id=entry_id, text=text, cites=cites)
+
+
+def delete(entry_id: str, cites=CITES) -> DeleteEdit:
+    return DeleteEdit(entry_id=entry_id, reason="redundant", cites=cites)
+
+
+@pytest.fixture
+def check(count_tokens):
+    def _check(edits, mode, *, removal=True, min_citations=2, entries=ENTRIES):
+        return validate_edits(
+            edits,
+            mode,
+            entries,
+            CARDS,
+            count_tokens,
+            removal=removal,
+            min_citations=min_citations,
+            task_type="twc",
+        )
+
+    return _check
+
+
+def one(problems: list[str], fragment: str) -> None:
+    assert len(problems) == 1, problems
+    assert fragment in problems[0], problems[0]
+
+
+SKILLS = ["Look in the kitchen first.", "Carry items one at a time.", "Close doors you opened."]
+VALID = {
+    E: [
+        add(SKILLS[0]),
+        add("Go back to the start", "plan", "task:t2"),
+        add("Never drop the key.", "mistake"),
+    ],
+    R: [
+        add(SKILLS[0]),
+        add("Never drop the key.", "mistake"),
+        update("e2", "Open containers."),
+        delete("e3"),
+    ],
+    C: [delete("e3"), delete("e2"), add("Open containers; the plan for t1 is fridge.", scope="task:t1")],
+    P: [delete("e2"), delete("e3")],
+}
+
+
+@pytest.mark.parametrize("mode", [E, R, C, P])
+def test_a_valid_set_passes(check, mode):
+    assert check(VALID[mode], mode) == []
+
+
+@pytest.mark.parametrize("mode", [E, R, C, P])
+@pytest.mark.parametrize("removal", [True, False])
+def test_the_empty_set_is_valid_in_every_mode(check, mode, removal):
+    assert check([], mode, removal=removal) == []
+
+
+def test_unknown_card(check):
+    problems = check([add(SKILLS[0], cites=("c1-t1-outcome", "c9-x-outcome"))], E)
+    one(problems, "edit 0 (ADD skill type:twc): cites unknown card 'c9-x-outcome'; cite ids of this step's")
+
+
+def test_too_few_distinct_citations(check):
+    problems = check([add(SKILLS[0]), add(SKILLS[1], cites=("c1-t1-outcome", "c1-t1-outcome"))], E)
+    one(problems, "edit 1 (ADD skill type:twc): cites 1 distinct card(s); cite at least 2 distinct")
+    assert check([add(SKILLS[0], cites=())], E, min_citations=0) == []
+
+
+def test_expand_adds_at_most_two_skills_counting_plans(check):
+    edits = [add(SKILLS[0]), add(SKILLS[1]), add("Go back to the start", "plan", "task:t1")]
+    one(check(edits, E), "edits 0, 1, 2: 3 skill/plan ADDs; EXPAND accepts at most 2 skill/plan ADDs")
+
+
+def test_expand_adds_at_most_one_mistake(check):
+    edits = [add("Never drop the key.", "mistake"), add("Do not eat the apple.", "mistake")]
+    one(check(edits, E), "edits 0, 1: 2 mistake ADDs; EXPAND accepts at most 2 skill/plan ADDs")
+
+
+def test_revise_adds_at_most_one_skill(check):
+    one(check([add(SKILLS[0]), add(SKILLS[1])], R), "edits 0, 1: 2 skill/plan ADDs; REVISE accepts at most 1")
+
+
+def test_expand_does_not_delete(check):
+    one(check([delete("e2")], E), "edit 0 (DELETE e2): EXPAND does not delete; drop this DELETE")
+
+
+def test_prune_only_deletes(check):
+    problems = check([add(SKILLS[0]), update("e2", "Open containers."), delete("e3")], P)
+    assert len(problems) == 2
+    assert problems[0].startswith("edit 0 (ADD skill type:twc): PRUNE only deletes")
+    assert problems[1].startswith("edit 1 (UPDATE e2): PRUNE only deletes")
+
+
+def test_compress_adds_only_beside_an_update_or_delete(check):
+    # Adding to a compressed type is refused twice over: alone, and for raising the tokens.
+    problems = check([add(SKILLS[0])], C)
+    assert problems[0].startswith(
+        "edit 0 (ADD skill type:twc): COMPRESS adds only beside an UPDATE or DELETE"
+    )
+    assert "COMPRESS must lower the total" in problems[1]
+
+
+def test_compress_must_lower_the_tokens(check, count_tokens):
+    longer = ENTRIES[1].text + " Also look under the furniture and behind doors."
+    view = [e.text for e in ENTRIES[:3]]
+    before = sum(map(count_tokens, view))
+    after = before - count_tokens(ENTRIES[1].text) + count_tokens(longer)
+    one(
+        check([update("e2", longer)], C),
+        f"edit set (COMPRESS): the type's entries go from {before} to {after} tokens; COMPRESS must lower",
+    )
+    assert check([update("e2", "Open containers.")], C) == []
+
+
+def test_removal_off_forbids_delete(check):
+    one(
+        check([delete("e2")], R, removal=False),
+        "edit 0 (DELETE e2): removal is off (scaffold.removal: false), so nothing is deleted; drop",
+    )
+
+
+def test_removal_off_refuses_any_compress_set(check):
+    one(
+        check([update("e2", "Open containers.")], C, removal=False),
+        "edit set (COMPRESS): removal is off (scaffold.removal: false), so a COMPRESS review may not shrink",
+    )
+
+
+def test_update_and_delete_need_an_entry_of_this_type(check):
+    one(check([update("e9", "Anything.")], R), "edit 0 (UPDATE e9): no entry 'e9' exists; UPDATE only ids")
+    one(check([delete("e4")], R), "edit 0 (DELETE e4): entry 'e4' is scoped 'type:coin', not this type's")
+    one(
+        check([update("e2", "Open containers."), delete("e2")], R),
+        "edit 1 (DELETE e2): entry 'e2' is already edited by edit 0",
+    )
+
+
+def test_add_scope_must_be_this_types(check):
+    one(check([add(SKILLS[0], scope="type:coin")], E), "scope 'type:coin' is not one of this type's; use one")
+    one(check([add(SKILLS[0], scope="task:k1")], E), "edit 0 (ADD skill task:k1): scope 'task:k1' is not")
+    one(check([add(SKILLS[0], scope="task")], E), "'general', 'task:t1', 'task:t2', 'type:twc'")
+    assert check([add(SKILLS[0], scope="general")], E) == []
+
+
+def test_empty_text(check):
+    one(check([add("   ")], E), "edit 0 (ADD skill type:twc): text is empty")
+
+
+def test_near_duplicate_of_an_entry_in_the_same_scope(check):
+    near = "open every closed   container to find the items you need!"
+    one(check([add(near)], E), "edit 0 (ADD skill type:twc): text is a near-duplicate of entry 'e2' in scope")
+    assert check([add(near, scope="task:t1")], E) == []  # another scope: not a duplicate
+    assert check([update("e2", near)], R) == []  # an entry rewritten close to its own text is fine
+    entries = [*ENTRIES, entry("e5", "type:twc", SKILLS[1])]
+    one(
+        check([update("e2", SKILLS[1].lower())], R, entries=entries),
+        "edit 0 (UPDATE e2): text is a near-duplicate of entry 'e5' in scope 'type:twc' (similarity 1.00",
+    )
+
+
+def test_near_duplicate_of_another_add(check):
+    one(
+        check([add(SKILLS[0], scope="general"), add(SKILLS[0].upper())], E),
+        "edit 1 (ADD skill type:twc): text is a near-duplicate of edit 0's ADD",
+    )
+
+
+def test_merging_a_deleted_entry_into_an_add_is_not_a_duplicate(check):
+    merged = "Open every closed container to find the items you need, then close it."
+    assert check([delete("e2"), add(merged)], R) == []
+
+
+def test_near_duplicate_threshold_is_inclusive(check):
+    at, below = "x" * 17 + "abc", "x" * 16 + "abcd"
+    assert similarity(at, "x" * 17 + "def") == 0.85
+    assert similarity(below, "x" * 16 + "efgh") == 0.8
+    entries = [*ENTRIES, entry("e5", "type:twc", "x" * 17 + "def")]
+    one(check([add(at)], E, entries=entries), "near-duplicate of entry 'e5'")
+    entries = [*ENTRIES, entry("e6", "type:twc", "x" * 16 + "efgh")]
+    assert check([add(below)], E, entries=entries) == []
+
+
+def test_every_problem_is_reported_at_once(check):
+    edits = [add(SKILLS[0], cites=("nope",)), delete("e2"), add("", "plan", scope="type:coin")]
+    problems = check(edits, E, removal=False)
+    assert [p.split(": ")[0] for p in problems] == [
+        "edit 0 (ADD skill type:twc)",  # unknown card
+        "edit 0 (ADD skill type:twc)",  # too few citations
+        "edit 1 (DELETE e2)",  # removal is off (reported instead of EXPAND's own ban)
+        "edit 2 (ADD plan type:coin)",  # another type's scope
+        "edit 2 (ADD plan type:coin)",  # empty text
+    ]

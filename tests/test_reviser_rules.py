@@ -1,0 +1,265 @@
+"""The rules reviser: guidance for failing types, removal for solved ones, and valid edit sets always."""
+
+from __future__ import annotations
+
+import pytest
+
+from pats.protocols import Reviser
+from pats.reviser import RulesReviser, validate_edits
+from pats.spec.models import ScaffoldBudget
+from pats.types import AddEdit, Assessment, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry
+
+E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
+MODES = [E, R, C, P]
+
+
+def card(task_id: str, type_: str, data: dict, task_type: str = "twc") -> EvidenceCard:
+    return EvidenceCard(
+        id=f"c3-{task_id}-{type_}",
+        type=type_,
+        step=3,
+        task_id=task_id,
+        task_type=task_type,
+        scaffold_version="v1",
+        text="",
+        tokens=0,
+        data=data,
+        privileged=type_ == "expert",
+    )
+
+
+def outcome(task_id: str, rate: float, task_type: str = "twc") -> EvidenceCard:
+    data = {"n": 4, "success_rate": rate, "all_failed": rate == 0, "all_passed": rate == 1}
+    return card(task_id, "outcome", data, task_type)
+
+
+def contrast(task_id: str, best_actions: list[str], best_success: bool = True, task_type: str = "twc"):
+    best = {"rollout_id": "r0", "reward": 1.0, "success": best_success, "turns": 5, "actions": best_actions}
+    worst = {"rollout_id": "r1", "reward": 0.0, "success": False, "turns": 9, "actions": ["look around"]}
+    return card(task_id, "contrast", {"best": best, "worst": worst}, task_type)
+
+
+def failure(task_id: str, counts: dict[str, int], examples: list[dict]) -> EvidenceCard:
+    return card(task_id, "failure", {"counts": counts, "examples": examples, "failed_rollouts": 4})
+
+
+def utility(task_id: str, delta: float) -> EvidenceCard:
+    return card(task_id, "utility", {"n_with": 3, "n_without": 1, "delta": delta})
+
+
+def entry(id: str, scope: str, text: str, kind: str = "skill", step: int = 0, tokens: int = 10):
+    return ScaffoldEntry(
+        id=id, kind=kind, scope=scope, text=text, tokens=tokens, created_step=step, updated_step=step
+    )
+
+
+def assess(mode: ReviewMode, task_type: str = "twc") -> Assessment:
+    return Assessment(task_type=task_type, mode=mode, ema_success=0.5, pressure=0.5)
+
+
+WASHER = ["take shirt", "take shirt", "open washer", "put shirt in washer", "put shirt in washer"]
+MIXED = [outcome("t1", 0.5), contrast("t1", WASHER)]
+REPEATS = [
+    outcome("t2", 0.0),
+    contrast("t2", ["look around"], best_success=False),
+    failure(
+        "t2",
+        {"repeated_action": 3, "loop": 1, "invalid_action": 0},
+        [{"mode": "loop", "rollout_id": "r2", "turn": 4, "excerpt": "go north | go south (x2)"},
+         {"mode": "repeated_action", "rollout_id": "r1", "turn": 2, "excerpt": "look around (x3)"}],
+    ),
+]  # fmt: skip
+PLAN_T1 = "Steps that worked: take shirt -> open washer -> put shirt in washer"
+REPEAT_MISTAKE = "Do not repeat 'look around': if an action changed nothing, try a different one."
+
+
+@pytest.fixture
+def valid(count_tokens):
+    """Assert that an edit set passes validation for the reviser's settings, and return it."""
+
+    def _valid(edits, mode, cards, entries, *, removal=True, min_citations=2, task_type="twc"):
+        problems = validate_edits(
+            edits,
+            mode,
+            entries,
+            cards,
+            count_tokens,
+            removal=removal,
+            min_citations=min_citations,
+            task_type=task_type,
+        )
+        assert problems == [], problems
+        return edits
+
+    return _valid
+
+
+def test_satisfies_the_reviser_protocol():
+    assert isinstance(RulesReviser(removal=True, min_citations=2), Reviser)
+
+
+async def test_plan_from_a_mixed_group(valid):
+    edits = await RulesReviser(True, 2).revise(3, assess(E), MIXED, [])
+    assert edits == [
+        AddEdit(kind="plan", scope="task:t1", text=PLAN_T1, cites=("c3-t1-contrast", "c3-t1-outcome"))
+    ]
+    valid(edits, E, MIXED, [])
+
+
+async def test_mistake_from_an_all_failed_group_with_repeated_actions(valid):
+    edits = await RulesReviser(True, 2).revise(3, assess(E), REPEATS, [])
+    assert edits == [
+        AddEdit(
+            kind="mistake", scope="type:twc", text=REPEAT_MISTAKE, cites=("c3-t2-failure", "c3-t2-outcome")
+        )
+    ]
+    valid(edits, E, REPEATS, [])
+
+
+async def test_guidance_for_a_failing_type_within_revise_budget(valid):
+    cards = MIXED + REPEATS + [outcome("t3", 0.75), contrast("t3", ["open door", "go east"])]
+    cards += [outcome("k1", 0.5, "coin"), contrast("k1", ["take coin"], task_type="coin")]  # another type
+    edits = await RulesReviser(True, 2).revise(3, assess(R), cards, [])
+    # One plan (the rarer success: t1 at 0.5 before t3 at 0.75) and one mistake; nothing for coin.
+    assert [(e.kind, e.scope) for e in edits] == [("plan", "task:t1"), ("mistake", "type:twc")]
+    valid(edits, R, cards, [])
+    edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
+    assert [(e.kind, e.scope) for e in edits] == [
+        ("plan", "task:t1"),
+        ("plan", "task:t3"),
+        ("mistake", "type:twc"),
+    ]
+    valid(edits, E, cards, [])
+
+
+async def test_no_near_duplicates_and_no_second_plan():
+    entries = [
+        entry("m1", "type:twc", REPEAT_MISTAKE.replace("'look around'", "'look  around'"), "mistake"),
+        entry("p1", "task:t1", "Steps that worked: open washer", "plan"),
+    ]
+    edits = await RulesReviser(True, 2).revise(3, assess(E), MIXED + REPEATS, entries)
+    # The repeat lesson is there already, so the next failure mode (the loop) gives the mistake.
+    assert [(e.kind, e.text) for e in edits] == [
+        ("mistake", "Do not cycle through the same actions (go north | go south); from a state you have seen, "
+         "try something new.")
+    ]  # fmt: skip
+
+
+async def test_expert_plan_when_nothing_succeeded(valid):
+    plan = ["go east", "open fridge", "take milk", "go west", "open fridge", "put milk in fridge"]
+    departure = {"rollout_id": "r1", "turn": 1, "expected": "open fridge", "taken": "look around"}
+    cards = [*REPEATS, card("t2", "expert", {"plan": plan, "first_departure": departure})]
+    edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
+    assert edits[0] == AddEdit(
+        kind="plan",
+        scope="task:t2",
+        text="Steps to try: go east -> open fridge -> take milk -> go west",
+        cites=("c3-t2-expert", "c3-t2-outcome"),
+    )
+    assert edits[1].kind == "mistake"
+    valid(edits, E, cards, [])
+
+
+async def test_too_few_cards_to_cite_means_no_edit():
+    assert await RulesReviser(True, 3).revise(3, assess(E), MIXED, []) == []
+    assert len(await RulesReviser(True, 3).revise(3, assess(E), MIXED + [utility("t1", 0.5)], [])) == 1
+
+
+SOLVED = [outcome("t1", 1.0), contrast("t1", WASHER), utility("t1", 0.25), outcome("t2", 1.0)]
+BANK = [
+    entry("g", "general", "Read the goal first.", step=0),
+    entry("s_old", "type:twc", "Open containers to find items.", step=1),
+    entry("plan1", "task:t1", PLAN_T1, "plan", step=2),
+    entry("s_new", "type:twc", "Carry one item at a time.", step=2),
+    entry("x", "task:t7", "Steps that worked: go west", "plan", step=0),  # not played this step
+]
+
+
+async def test_compress_removes_the_plan_of_an_all_passed_task(valid):
+    edits = await RulesReviser(True, 2).revise(3, assess(C), SOLVED, BANK)
+    assert edits == [
+        DeleteEdit(
+            entry_id="plan1",
+            reason="its task's group all passed: the plan only removes variation",
+            cites=("c3-t1-outcome", "c3-t1-utility"),
+        )
+    ]
+    valid(edits, C, SOLVED, BANK)
+
+
+async def test_compress_without_evidence_withdraws_the_oldest_non_general_entry(valid):
+    cards = [outcome("t2", 0.75), outcome("t3", 1.0)]
+    edits = await RulesReviser(True, 2).revise(3, assess(C), cards, BANK)
+    assert [(e.op, e.entry_id, e.cites) for e in edits] == [
+        ("DELETE", "s_old", ("c3-t2-outcome", "c3-t3-outcome"))
+    ]
+    valid(edits, C, cards, BANK)
+
+
+async def test_utility_at_or_below_zero_deletes_the_newest_entry(valid):
+    cards = [outcome("t1", 0.5), contrast("t1", ["open washer"]), utility("t1", 0.0)]
+    entries = [e for e in BANK if e.id != "plan1"]
+    edits = await RulesReviser(True, 2).revise(3, assess(R), cards, entries)
+    targets = [(e.op, e.scope if isinstance(e, AddEdit) else e.entry_id) for e in edits]
+    assert targets == [("ADD", "task:t1"), ("DELETE", "s_new")]
+    valid(edits, R, cards, entries)
+
+
+async def test_prune_deletes_the_oldest_until_under_budget(valid):
+    bank = [entry("g", "general", "Read the goal first.")]
+    bank += [
+        entry(f"s{i}", "type:twc", f"Skill number {i} is about {w}.", step=i) for i, w in enumerate("abcde")
+    ]
+    reviser = RulesReviser(True, 2, budget=ScaffoldBudget(max_entries=4, max_tokens=1000))
+    cards = [outcome("t1", 0.5), outcome("t2", 0.0)]
+    edits = await reviser.revise(3, assess(P), cards, bank)
+    assert [e.entry_id for e in edits] == ["s0", "s1", "s2"]  # 6 entries -> 3, under 4
+    valid(edits, P, cards, bank)
+    reviser = RulesReviser(True, 2, budget=ScaffoldBudget(max_entries=100, max_tokens=45))
+    assert [e.entry_id for e in await reviser.revise(3, assess(P), cards, bank)] == [
+        "s0",
+        "s1",
+    ]  # 60 -> 40 tokens
+
+
+SCENARIOS = {
+    "mixed": (MIXED + REPEATS, []),
+    "solved": (SOLVED, BANK),
+    "useless": (MIXED + REPEATS + [utility("t1", -0.5)], BANK),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("mode", MODES)
+async def test_removal_off_never_deletes(valid, scenario, mode):
+    cards, entries = SCENARIOS[scenario]
+    edits = await RulesReviser(False, 2, budget=ScaffoldBudget(max_entries=1)).revise(
+        3, assess(mode), cards, entries
+    )
+    assert all(isinstance(e, AddEdit) for e in edits)
+    valid(edits, mode, cards, entries, removal=False)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("mode", MODES)
+async def test_grow_only_adds_and_static_never_edits(valid, scenario, mode):
+    cards, entries = SCENARIOS[scenario]
+    grow = RulesReviser(True, 2, mode_of_scaffold="grow", budget=ScaffoldBudget(max_entries=1))
+    edits = await grow.revise(3, assess(mode), cards, entries)
+    assert all(isinstance(e, AddEdit) for e in edits)
+    valid(edits, mode, cards, entries)
+    assert (
+        await RulesReviser(True, 2, mode_of_scaffold="static").revise(3, assess(mode), cards, entries) == []
+    )
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("min_citations", [0, 2, 3])
+async def test_pats_edit_sets_always_validate(valid, scenario, mode, min_citations):
+    cards, entries = SCENARIOS[scenario]
+    reviser = RulesReviser(True, min_citations, budget=ScaffoldBudget(max_entries=2, max_tokens=30))
+    edits = await reviser.revise(3, assess(mode), cards, entries)
+    valid(edits, mode, cards, entries, min_citations=min_citations)
+    if mode is not E and scenario != "mixed":
+        assert any(isinstance(e, DeleteEdit) for e in edits)  # the evidence asks for removal
