@@ -1,0 +1,77 @@
+"""Build the scaffold policy from a spec, once: the mode picks a class, the kinds pick judge and reviser.
+
+This is the one place that reads `scaffold.mode`, `judge.kind` and `reviser.kind`; the engine loop
+only calls the objects built here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pats.protocols import TokenCounter
+from pats.review import NoScaffold, RevisingScaffold, StaticScaffold
+from pats.scaffold import ScaffoldStore, load_bank
+from pats.spec.models import ExperimentSpec
+from pats.types import Task
+
+
+def build_judge(spec: ExperimentSpec):
+    from pats.judges import StatsJudge
+
+    if spec.judge.kind == "stats":
+        return StatsJudge(spec.judge, spec.scaffold.budget)
+    from pats.judges.llm import LLMJudge
+
+    return LLMJudge(spec.judge, spec.scaffold.budget, env_kind=spec.environment.kind)
+
+
+def build_revisers(spec: ExperimentSpec):
+    """(reviser, fallback): the fallback is always the offline rules reviser."""
+    from pats.reviser import RulesReviser
+
+    sc = spec.scaffold
+    rules = RulesReviser(
+        removal=sc.removal and sc.mode == "pats",
+        min_citations=sc.min_citations,
+        mode_of_scaffold=sc.mode,
+        budget=sc.budget,
+    )
+    if spec.reviser.kind == "rules":
+        return rules, rules
+    from pats.reviser.llm import LLMReviser
+
+    return LLMReviser(spec.reviser.llm), rules
+
+
+def build_scaffold_policy(
+    spec: ExperimentSpec,
+    directory: Path | None,
+    count_tokens: TokenCounter,
+    expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
+    task_types: Sequence[str] | None = None,
+) -> NoScaffold:
+    """`task_types`: the environment's type names, so a bank's type-scoped skills land on them."""
+    sc = spec.scaffold
+    if sc.mode == "none":
+        return NoScaffold()
+    store = (
+        ScaffoldStore.open(directory, count_tokens, sc.budget.view_tokens)
+        if directory
+        else ScaffoldStore(count_tokens, sc.budget.view_tokens)
+    )
+    if store.current.number == 0 and sc.initial_bank:  # a fresh run (a resumed one has versions)
+        store.seed(load_bank(sc.initial_bank, task_types=task_types), step=0)
+    if sc.mode == "static":
+        return StaticScaffold(store)
+    reviser, fallback = build_revisers(spec)
+    return RevisingScaffold(
+        store,
+        sc,
+        build_judge(spec),
+        reviser,
+        fallback,
+        count_tokens,
+        expert_plan=expert_plan if sc.privileged else None,
+        card_tokens=sc.budget.card_tokens,
+    )

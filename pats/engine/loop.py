@@ -1,0 +1,113 @@
+"""The training loop of DESIGN.md, one screen: rollout -> (review || update) -> apply -> log.
+
+The review of step t runs concurrently with the policy update of step t (both on the same groups);
+its edits are applied before step t+1 pins its views. Components are built from the spec before the
+loop starts (pats.engine.build), so nothing here branches on a mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, scaffold_metrics
+from pats.engine.sampler import TaskSampler
+from pats.logging.events import EventLog
+from pats.protocols import MetricSink, PolicyBackend
+from pats.review import NoScaffold
+from pats.spec.models import ExperimentSpec
+from pats.types import EMPTY_VIEW, Task
+
+
+@dataclass
+class Engine:
+    spec: ExperimentSpec
+    backend: PolicyBackend
+    scaffold: NoScaffold  # or StaticScaffold / RevisingScaffold, chosen once from the spec
+    sampler: TaskSampler
+    eval_tasks: Sequence[Task]
+    events: EventLog
+    sinks: Sequence[MetricSink] = ()
+
+    async def run(self, start_step: int = 0) -> None:
+        tr, probes = self.spec.trainer, self.spec.probe_count()
+        if start_step == 0 and self.spec.eval.at_start:
+            await self.evaluate(-1)
+        for step in range(start_step, tr.steps):
+            t0 = time.perf_counter()
+            plans = self.scaffold.plan(self.sampler.sample(step), tr.group_size, probes)
+            groups = await self.backend.rollout(step, plans)
+            t1 = time.perf_counter()
+            review = asyncio.create_task(self._timed(self.scaffold.review(step, groups)))
+            stats = await self.backend.update(groups)
+            t2 = time.perf_counter()
+            result, review_s, review_end = await review
+            version = self.scaffold.apply(result, step)
+            t3 = time.perf_counter()
+            metrics = {
+                **group_metrics(groups),
+                **stats,
+                **review_metrics(result),
+                **scaffold_metrics(self.scaffold.store.current if self.scaffold.store else None),
+                "time/rollout_s": t1 - t0,
+                "time/update_s": t2 - t1,
+                "time/review_s": review_s,
+                "time/review_overlap_s": max(0.0, min(review_end, t2) - t1),
+                "time/step_s": t3 - t0,
+            }
+            self._log(step, groups, result, version, metrics)
+            if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
+                await self.evaluate(step)
+            self.events.end_step(step, metrics=metrics)
+
+    async def _timed(self, review):
+        start = time.perf_counter()
+        result = await review
+        end = time.perf_counter()
+        return result, end - start, end
+
+    async def evaluate(self, step: int) -> dict[str, float]:
+        """Held-out tasks without the scaffold (deployment), and with it for the reliance gap."""
+        metrics = rollout_metrics(
+            await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks)), "eval"
+        )
+        if self.spec.eval.with_scaffold and self.scaffold.store is not None:
+            views = [self.scaffold.view(t) for t in self.eval_tasks]
+            with_scaffold = rollout_metrics(
+                await self.backend.evaluate(self.eval_tasks, views), "eval_with_scaffold"
+            )
+            metrics.update(with_scaffold)
+            metrics["eval/reliance_gap"] = (
+                with_scaffold["eval_with_scaffold/success"] - metrics["eval/success"]
+            )
+        self.events.write(step, "eval", metrics=metrics)
+        for sink in self.sinks:
+            sink.log(max(step, 0), metrics)
+        return metrics
+
+    def _log(self, step, groups, result, version, metrics) -> None:
+        ev = self.events
+        ev.write(
+            step,
+            "groups",
+            groups=[
+                {"task": g.task.id, "type": g.task.type, "version": g.scaffold_version, "rewards": g.rewards}
+                for g in groups
+            ],
+        )
+        for card in result.cards:
+            ev.write(step, "card", card=card)
+        for assessment in result.assessments:
+            ev.write(step, "assessment", assessment=assessment)
+        for edit in result.edits:
+            ev.write(step, "edit", edit=edit)
+        for problem in result.refused:
+            ev.write(step, "refused", problem=problem)
+        if result.fallback:
+            ev.write(step, "fallback", reason="reviser failed validation or raised; rules answered")
+        if version is not None:
+            ev.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
+        for sink in self.sinks:
+            sink.log(step, metrics)

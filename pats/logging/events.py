@@ -1,0 +1,74 @@
+"""The run's event log: one JSON object per line, versioned, flushed at every step boundary.
+
+Each line is `{"v": 1, "step": int, "event": str, ...payload}`. A step is complete once its
+`step_end` line is on disk; `EventLog.open` drops lines of a step that never ended, so a resumed run
+redoes that step without duplicating or losing one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+SCHEMA_VERSION = 1
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class EventLog:
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.last_complete_step = _truncate_to_complete(path)
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, step: int, event: str, **payload: Any) -> None:
+        line = {"v": SCHEMA_VERSION, "step": step, "event": event, **_jsonable(payload)}
+        self._file.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+    def end_step(self, step: int, **payload: Any) -> None:
+        self.write(step, "step_end", **payload)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.last_complete_step = step
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_events(path: Path, event: str | None = None) -> list[dict]:
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [x for x in lines if event is None or x["event"] == event]
+
+
+def _truncate_to_complete(path: Path) -> int:
+    """Cut the log after the last `step_end` (a half-written step, or a torn last line); return that
+    step, or -1 if no step completed."""
+    if not path.exists():
+        return -1
+    data = path.read_bytes()
+    keep, last, offset = 0, -1, 0
+    for raw in data.splitlines(keepends=True):
+        offset += len(raw)
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            break
+        if line.get("event") == "step_end":
+            keep, last = offset, line["step"]
+    if keep != len(data):
+        with path.open("r+b") as f:
+            f.truncate(keep)
+    return last

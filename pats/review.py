@@ -1,0 +1,185 @@
+"""The scaffold policy: which view each rollout group sees, and the review after each step.
+
+Modes are resolved once, when `build_scaffold_policy` picks a class, never inside the loop:
+- `NoScaffold` (mode none, plain GRPO): every group sees the empty view; nothing is reviewed.
+- `StaticScaffold` (mode static): views from the initial bank; never reviewed or edited.
+- `RevisingScaffold` (modes grow and pats): cards -> judge -> reviser -> validated edits. grow accepts
+  ADD edits only.
+
+A review never blocks training on a failing reviser: an invalid edit set is retried once with the
+validation errors as feedback, then the rules reviser answers instead (logged as a fallback); a set
+that still fails is refused and the scaffold stays as it was for that task type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from pats.cards import build_cards
+from pats.errors import JudgeError
+from pats.protocols import GroupPlan, Judge, Reviser, TokenCounter
+from pats.reviser.validate import validate_edits
+from pats.scaffold import ScaffoldStore
+from pats.spec.models import ScaffoldSpec
+from pats.types import (
+    EMPTY_VIEW,
+    AddEdit,
+    Assessment,
+    Edit,
+    EvidenceCard,
+    ReviewResult,
+    RolloutGroup,
+    ScaffoldView,
+    Task,
+)
+
+
+def _empty_result(step: int) -> ReviewResult:
+    return ReviewResult(step=step, cards=(), assessments=(), edits=())
+
+
+class NoScaffold:
+    mode = "none"
+    store = None
+
+    def view(self, task: Task) -> ScaffoldView:
+        return EMPTY_VIEW
+
+    def plan(self, tasks: Sequence[Task], group_size: int, probes: int) -> list[GroupPlan]:
+        return [GroupPlan(task=t, view=EMPTY_VIEW, size=group_size, probes=0) for t in tasks]
+
+    async def review(self, step: int, groups: Sequence[RolloutGroup]) -> ReviewResult:
+        return _empty_result(step)
+
+    def apply(self, result: ReviewResult, step: int) -> None:
+        return None
+
+
+class StaticScaffold(NoScaffold):
+    mode = "static"
+
+    def __init__(self, store: ScaffoldStore):
+        self.store = store
+
+    def view(self, task: Task) -> ScaffoldView:
+        return self.store.pin(task)
+
+    def plan(self, tasks: Sequence[Task], group_size: int, probes: int) -> list[GroupPlan]:
+        # One pin per task per step: every rollout of the group sees this one version.
+        return [GroupPlan(task=t, view=self.store.pin(t), size=group_size, probes=probes) for t in tasks]
+
+
+class RevisingScaffold(StaticScaffold):
+    def __init__(
+        self,
+        store: ScaffoldStore,
+        spec: ScaffoldSpec,
+        judge: Judge,
+        reviser: Reviser,
+        fallback: Reviser,
+        count_tokens: TokenCounter,
+        expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
+        card_tokens: int = 256,
+    ):
+        super().__init__(store)
+        self.mode = spec.mode
+        self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
+        self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
+        self.removal = spec.removal and spec.mode == "pats"
+
+    def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
+        cards: list[EvidenceCard] = []
+        for group in groups:
+            plan = None
+            if "expert" in self.spec.cards and self.expert_plan is not None:
+                plan = self.expert_plan(group.task)
+            cards += build_cards(
+                group, self.spec.cards, self.count_tokens, self.card_tokens, expert_plan=plan
+            )
+        return cards
+
+    async def review(self, step: int, groups: Sequence[RolloutGroup]) -> ReviewResult:
+        start = time.perf_counter()
+        cards = await asyncio.to_thread(self._cards, groups)  # tokenizer work, off the event loop
+        entries = self.store.current.entries
+        assessments = await self.judge.assess(step, groups, cards, entries)
+        outcomes = await asyncio.gather(*(self._revise_type(step, a, cards) for a in assessments))
+        edits: list[Edit] = []
+        touched: set[str] = set()
+        refused: list[str] = []
+        fallback = False
+        for type_edits, type_refused, type_fallback in outcomes:
+            for edit in type_edits:
+                target = getattr(edit, "entry_id", None)
+                if target is not None and target in touched:
+                    continue  # two task types edited one shared (general) entry: the first wins
+                if target is not None:
+                    touched.add(target)
+                edits.append(edit)
+            refused += type_refused
+            fallback |= type_fallback
+        return ReviewResult(
+            step=step,
+            cards=tuple(cards),
+            assessments=tuple(assessments),
+            edits=tuple(edits),
+            refused=tuple(refused),
+            fallback=fallback,
+            llm_faults=_faults(self.reviser) + _faults(self.judge),
+            seconds=time.perf_counter() - start,
+        )
+
+    async def _revise_type(
+        self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard]
+    ) -> tuple[list[Edit], list[str], bool]:
+        entries = self.store.entries_for_type(assessment.task_type)
+        refused: list[str] = []
+        feedback: list[str] = []
+        for attempt in range(2):
+            try:
+                edits = await self.reviser.revise(step, assessment, cards, entries, feedback=feedback)
+            except JudgeError as err:
+                refused.append(f"{assessment.task_type}: reviser failed: {err}")
+                break
+            errors = self._check(edits, assessment, entries, cards)
+            if not errors:
+                return list(edits), refused, False
+            refused.append(f"{assessment.task_type} attempt {attempt + 1}: " + "; ".join(errors))
+            feedback = errors
+        if self.reviser is self.fallback:
+            return [], refused, False
+        edits = await self.fallback.revise(step, assessment, cards, entries)
+        errors = self._check(edits, assessment, entries, cards)
+        if errors:
+            refused.append(f"{assessment.task_type} fallback: " + "; ".join(errors))
+            return [], refused, True
+        return list(edits), refused, True
+
+    def _check(self, edits, assessment: Assessment, entries, cards) -> list[str]:
+        errors = validate_edits(
+            edits,
+            assessment.mode,
+            entries,
+            cards,
+            self.count_tokens,
+            removal=self.removal,
+            min_citations=self.spec.min_citations,
+            task_type=assessment.task_type,
+        )
+        if self.mode == "grow":
+            errors += [
+                f"edit {i}: mode grow only adds entries"
+                for i, e in enumerate(edits)
+                if not isinstance(e, AddEdit)
+            ]
+        return errors
+
+    def apply(self, result: ReviewResult, step: int):
+        return self.store.apply(result.edits, step) if result.edits else None
+
+
+def _faults(component) -> int:
+    counter = getattr(component, "faults", None)
+    return sum(counter.values()) if counter else 0

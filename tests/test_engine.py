@@ -1,0 +1,169 @@
+"""The engine loop with the scripted backend: the scaffold follows the policy, modes hold, the
+review overlaps the update, and the event log records every step."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pats.engine.build import build_scaffold_policy
+from pats.engine.loop import Engine
+from pats.engine.sampler import TaskSampler
+from pats.logging.events import EventLog, read_events
+from pats.review import NoScaffold
+from pats.spec.models import ExperimentSpec
+from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
+
+
+def make_spec(**scaffold) -> ExperimentSpec:
+    return ExperimentSpec.model_validate(
+        {
+            "name": "engine-test",
+            "environment": {"kind": "twx", "num_eval_tasks": 4},
+            "scaffold": {
+                "mode": "pats",
+                "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300},
+                **scaffold,
+            },
+            "trainer": {"steps": 30, "tasks_per_step": 4, "group_size": 4},
+            "eval": {"every": 10, "at_start": False},
+        }
+    )
+
+
+def make_engine(spec, tmp_path, backend, count_tokens, scaffold=None):
+    env = FakeEnv(num_tasks=4)
+    scaffold = scaffold or build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+    return Engine(
+        spec=spec,
+        backend=backend,
+        scaffold=scaffold,
+        sampler=TaskSampler(env.tasks("train"), spec.trainer.tasks_per_step, spec.seed),
+        eval_tasks=env.tasks("eval"),
+        events=EventLog(tmp_path / "events.jsonl"),
+    )
+
+
+def entries_per_step(path):
+    return [e["metrics"]["scaffold/entries"] for e in read_events(path, "step_end")]
+
+
+def test_scaffold_grows_while_policy_fails_and_shrinks_as_it_succeeds(tmp_path, count_tokens):
+    spec = make_spec()
+    backend = ScriptedBackend(improving_schedule(start=0.05, gain=0.04), seed=1)
+    engine = make_engine(spec, tmp_path, backend, count_tokens)
+    asyncio.run(engine.run())
+    engine.events.close()
+
+    sizes = entries_per_step(tmp_path / "events.jsonl")
+    assert len(sizes) == 30
+    peak = max(sizes)
+    assert peak >= 2, f"the scaffold never grew while the policy failed: {sizes}"
+    assert sizes.index(peak) < 20, f"the scaffold peaked only late: {sizes}"
+    assert sizes[-1] < peak, f"the scaffold did not shrink as the policy succeeded: {sizes}"
+    ops = [e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")]
+    assert "ADD" in ops and "DELETE" in ops
+
+
+def test_removal_off_never_deletes(tmp_path, count_tokens):
+    spec = make_spec(removal=False)
+    engine = make_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=1), count_tokens)
+    asyncio.run(engine.run())
+    engine.events.close()
+    ops = [e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")]
+    assert "ADD" in ops and "DELETE" not in ops
+    sizes = entries_per_step(tmp_path / "events.jsonl")
+    assert sizes == sorted(sizes), "without removal the scaffold can only grow"
+
+
+def test_mode_none_never_builds_a_scaffold(tmp_path, count_tokens):
+    spec = make_spec(mode="none")
+    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens)
+    assert type(scaffold) is NoScaffold
+    backend = ScriptedBackend(improving_schedule(), seed=1)
+    engine = make_engine(spec, tmp_path, backend, count_tokens, scaffold=scaffold)
+    asyncio.run(engine.run())
+    engine.events.close()
+    assert {version for _, _, version in backend.seen_views} == {""}
+    assert read_events(tmp_path / "events.jsonl", "edit") == []
+    assert read_events(tmp_path / "events.jsonl", "card") == []
+    assert not (tmp_path / "scaffold").exists()
+
+
+def test_every_rollout_of_a_group_sees_one_version(tmp_path, count_tokens):
+    spec = make_spec(probe_fraction=0.0, cards=["outcome", "contrast", "failure"])
+    backend = ScriptedBackend(improving_schedule(), seed=2)
+    engine = make_engine(spec, tmp_path, backend, count_tokens)
+    asyncio.run(engine.run())
+    by_group: dict[tuple, set] = {}
+    for step, task_id, version in backend.seen_views:
+        by_group.setdefault((step, task_id), set()).add(version)
+    assert all(len(v) == 1 for v in by_group.values())
+    assert len({v for vs in by_group.values() for v in vs}) > 1, "the version never changed"
+
+
+class SlowReviser:
+    """Wraps a reviser and takes `delay` seconds of wall time, like an LLM call."""
+
+    def __init__(self, inner, delay):
+        self.inner, self.delay = inner, delay
+
+    async def revise(self, *args, **kwargs):
+        await asyncio.sleep(self.delay)
+        return await self.inner.revise(*args, **kwargs)
+
+
+def test_review_overlaps_the_update(tmp_path, count_tokens):
+    spec = make_spec()
+    spec = spec.model_copy(update={"trainer": spec.trainer.model_copy(update={"steps": 3})})
+    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, FakeEnv().expert_plan)
+    scaffold.reviser = SlowReviser(scaffold.reviser, delay=0.5)
+    backend = ScriptedBackend(improving_schedule(), seed=3, update_delay=0.5)
+    engine = make_engine(spec, tmp_path, backend, count_tokens, scaffold=scaffold)
+    asyncio.run(engine.run())
+    for end in read_events(tmp_path / "events.jsonl", "step_end"):
+        m = end["metrics"]
+        assert m["time/update_s"] >= 0.5 and m["time/review_s"] >= 0.5
+        assert m["time/review_overlap_s"] >= 0.4, m
+        # Serial would take >= 1.0 s; overlapped, the step takes about the longer of the two.
+        assert m["time/step_s"] < 0.9, m
+
+
+def test_sampler_depends_only_on_seed_and_step():
+    tasks = FakeEnv(num_tasks=20).tasks("train")
+    a, b = TaskSampler(tasks, 5, seed=7), TaskSampler(tasks, 5, seed=7)
+    assert [t.id for t in a.sample(3)] == [t.id for t in b.sample(3)]
+    assert [t.id for t in a.sample(3)] != [t.id for t in a.sample(4)]
+    assert [t.id for t in TaskSampler(tasks, 5, seed=8).sample(3)] != [t.id for t in a.sample(3)]
+
+
+def test_event_log_drops_a_half_written_step(tmp_path):
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.write(0, "groups", groups=[])
+    log.end_step(0)
+    log.write(1, "groups", groups=[])
+    log._file.write('{"v": 1, "step": 1, "event": "card", "tor')  # a crash mid-line
+    log._file.flush()
+    reopened = EventLog(path)
+    assert reopened.last_complete_step == 0
+    reopened.write(1, "groups", groups=[])
+    reopened.end_step(1)
+    reopened.close()
+    steps = [(e["step"], e["event"]) for e in read_events(path)]
+    assert steps == [(0, "groups"), (0, "step_end"), (1, "groups"), (1, "step_end")]
+
+
+@pytest.mark.parametrize("mode", ["static", "grow"])
+def test_static_never_edits_and_grow_only_adds(tmp_path, count_tokens, repo, mode):
+    spec = make_spec(mode=mode, initial_bank=str(repo / "experiments/banks/twc.json"))
+    engine = make_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=4), count_tokens)
+    asyncio.run(engine.run())
+    ops = {e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")}
+    sizes = entries_per_step(tmp_path / "events.jsonl")
+    assert sizes[0] >= 4  # the bank's entries
+    if mode == "static":
+        assert ops == set() and len(set(sizes)) == 1
+    else:
+        assert ops == {"ADD"} and sizes == sorted(sizes) and sizes[-1] > sizes[0]
