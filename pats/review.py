@@ -88,6 +88,7 @@ class RevisingScaffold(StaticScaffold):
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
         self.removal = spec.removal and spec.mode == "pats"
+        self._faults_seen = 0  # LLM fault counters are cumulative; results report each step's share
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
         cards: list[EvidenceCard] = []
@@ -127,7 +128,7 @@ class RevisingScaffold(StaticScaffold):
             edits=tuple(edits),
             refused=tuple(refused),
             fallback=fallback,
-            llm_faults=_faults(self.reviser) + _faults(self.judge),
+            llm_faults=self._new_faults(),
             seconds=time.perf_counter() - start,
         )
 
@@ -175,6 +176,11 @@ class RevisingScaffold(StaticScaffold):
                 if not isinstance(e, AddEdit)
             ]
         return errors
+
+    def _new_faults(self) -> int:
+        total = _faults(self.reviser) + _faults(self.judge)
+        new, self._faults_seen = total - self._faults_seen, total
+        return new
 
     def apply(self, result: ReviewResult, step: int):
         return self.store.apply(result.edits, step) if result.edits else None

@@ -113,3 +113,22 @@ def test_probe_count_follows_fraction(write):
         ).probe_count()
         == 0
     )
+
+
+JUDGE_FILES = sorted(p.relative_to(REPO) for p in (REPO / "judges").glob("*.yaml"))
+
+
+def test_every_judge_file_validates(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert {p.stem for p in JUDGE_FILES} >= {"twx", "alfworld", "webshop", "search_qa", "reviser"}
+    assert main(["validate", *map(str, JUDGE_FILES)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(judge rubric)") == len(JUDGE_FILES) - 1 and "(reviser prompt)" in out
+
+
+def test_broken_rubric_is_refused(tmp_path, capsys):
+    bad = tmp_path / "judges" / "twx.yaml"
+    bad.parent.mkdir()
+    bad.write_text("instructions: grade\nlabels: 3\n")
+    assert main(["validate", str(bad)]) == 2
+    assert str(bad) in capsys.readouterr().err

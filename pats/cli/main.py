@@ -26,24 +26,42 @@ def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
     return specs, overrides
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _validate_one(path: str, overrides: list[str]) -> str:
+    """Check one file: a judge rubric or reviser prompt under judges/, else an experiment spec."""
+    if Path(path).parent.name == "judges":
+        from pats.judges import load_rubric
+        from pats.reviser import load_reviser_prompt
+
+        if Path(path).stem == "reviser":
+            load_reviser_prompt(path)
+            return "reviser prompt"
+        load_rubric(path, Path(path).stem)
+        return "judge rubric"
     from pats.spec import load_spec
 
+    spec = load_spec(path, overrides)
+    if spec.judge.kind == "llm":  # a missing or malformed rubric is caught now, not mid-run
+        from pats.judges import load_rubric
+
+        load_rubric(spec.judge.rubric, spec.environment.kind)
+    return (
+        f"{spec.name}: {spec.environment.kind}, scaffold {spec.scaffold.mode}, {spec.trainer.backend} backend"
+    )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
     specs, overrides = _split_args(args.items)
     if not specs:
         raise SpecError("no spec file given; run e.g. `pats validate experiments/quickstart.yaml`")
     failed = 0
     for spec_path in specs:
         try:
-            spec = load_spec(spec_path, overrides)
-        except SpecError as err:
+            what = _validate_one(spec_path, overrides)
+        except PatsError as err:
             failed += 1
             print(f"error: {err}", file=sys.stderr)
             continue
-        print(
-            f"ok: {spec_path} ({spec.name}: {spec.environment.kind}, scaffold {spec.scaffold.mode}, "
-            f"{spec.trainer.backend} backend)"
-        )
+        print(f"ok: {spec_path} ({what})")
     if failed:
         print(f"{failed} of {len(specs)} spec(s) failed validation", file=sys.stderr)
         return SpecError.exit_code
@@ -94,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "validate",
-        help="check spec files without running anything",
-        description="Validate spec files; every problem is reported with its YAML path. "
-        "Exit code 0 if all are valid, 2 otherwise.",
+        help="check spec files (and judge rubrics) without running anything",
+        description="Validate experiment specs, and judge rubrics / the reviser prompt under judges/. "
+        "Every problem is reported with its YAML path. Exit code 0 if all are valid, 2 otherwise.",
     )
     p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="spec files and overrides")
     p.set_defaults(func=cmd_validate)

@@ -17,31 +17,28 @@ from pats.types import Task
 
 
 def build_judge(spec: ExperimentSpec):
-    from pats.judges import StatsJudge
+    from pats.judges import LLMJudge, StatsJudge
 
     if spec.judge.kind == "stats":
         return StatsJudge(spec.judge, spec.scaffold.budget)
-    from pats.judges.llm import LLMJudge
-
-    return LLMJudge(spec.judge, spec.scaffold.budget, env_kind=spec.environment.kind)
+    return LLMJudge(spec.judge, spec.scaffold.budget, spec.environment.kind)
 
 
 def build_revisers(spec: ExperimentSpec):
     """(reviser, fallback): the fallback is always the offline rules reviser."""
-    from pats.reviser import RulesReviser
+    from pats.reviser import LLMReviser, RulesReviser
 
     sc = spec.scaffold
+    removal = sc.removal and sc.mode == "pats"
     rules = RulesReviser(
-        removal=sc.removal and sc.mode == "pats",
-        min_citations=sc.min_citations,
-        mode_of_scaffold=sc.mode,
-        budget=sc.budget,
+        removal=removal, min_citations=sc.min_citations, mode_of_scaffold=sc.mode, budget=sc.budget
     )
     if spec.reviser.kind == "rules":
         return rules, rules
-    from pats.reviser.llm import LLMReviser
-
-    return LLMReviser(spec.reviser.llm), rules
+    llm = LLMReviser(
+        spec.reviser, min_citations=sc.min_citations, removal=removal, add_only=sc.mode == "grow"
+    )
+    return llm, rules
 
 
 def build_scaffold_policy(

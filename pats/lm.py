@@ -1,0 +1,349 @@
+"""LLM plumbing for the LLM judge and reviser: build a DSPy LM from an `LLMSpec` and call it safely.
+
+`build_lm` makes a `dspy.LM` (LiteLLM model strings; DSPy picks its native client where it has one)
+with DSPy's own retries off. `LLMCaller` owns retries instead, so that every fault is counted by kind
+and the retry budget is ours: exponential backoff from `spec.backoff_s`, a 429's Retry-After honoured
+(capped), a concurrency limit, a deadline per call, and a `JudgeError` with API keys masked once the
+retries are spent. Programs run in worker threads under a scoped `dspy.context`; nothing here ever
+calls `dspy.configure`, so two LMs (judge and reviser) never see each other's settings.
+
+Departure from plain DSPy: ChatAdapter's silent fallback to JSONAdapter is off by default, so one
+attempt is one request and an unparseable answer is counted as `malformed` and retried like any other
+fault, never repaired by a second, uncounted request. With `llm.cache` on, each retry asks under its
+own cache key, so a cached bad answer is never served to its own retry.
+
+Fault kinds come from DSPy's LM error classes, onto which both of DSPy's engines (its native HTTP
+client and LiteLLM) map their errors. The two differ on broken bodies: a 200 whose body is not JSON is
+`malformed` on the native client but `server_error` through LiteLLM, and a body cut short is
+`connection` resp. `server_error`. Auth, quota and invalid-request errors count as `other` and are not
+retried (another attempt cannot fix them).
+
+dspy and litellm import lazily: `import pats` must stay fast and must not touch the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue
+from pats.types import Assessment, EvidenceCard, ScaffoldEntry
+
+if TYPE_CHECKING:
+    import dspy
+
+    from pats.spec.models import LLMSpec
+
+M = TypeVar("M", bound=BaseModel)
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "judges"  # rubrics and reviser prompt, as data
+FAULT_KINDS = ("timeout", "rate_limit", "server_error", "connection", "malformed", "other")
+MAX_WAIT_S = 60.0  # cap on one backoff or Retry-After wait
+_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-]{3,}")
+
+
+class MalformedAnswer(ValueError):
+    """An answer that arrived but cannot be used (wrong schema, unparseable). Counted and retried."""
+
+
+def _prepare_litellm() -> None:
+    # Without this litellm downloads its model cost map on import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def mask_secrets(text: str, env_names: Iterable[str | None] = ()) -> str:
+    """`text` with the values of the named environment variables and `sk-...` keys replaced by ***."""
+    for name in env_names:
+        value = os.environ.get(name) if name else None
+        if value and len(value) >= 4:  # a 1-3 character "key" would mask ordinary words
+            text = text.replace(value, "***")
+    return _KEY_PATTERN.sub("***", text)
+
+
+def api_key(spec: LLMSpec) -> str | None:
+    """The key from the environment variable the spec names (None when it names none)."""
+    if not spec.api_key_env:
+        return None
+    value = os.environ.get(spec.api_key_env)
+    if not value:
+        raise PrerequisiteError(
+            f"environment variable {spec.api_key_env} is not set; export it with the API key for "
+            f"{spec.model} (the spec's llm.api_key_env names it), or unset api_key_env for a server "
+            "that needs no key"
+        )
+    return value
+
+
+def build_lm(spec: LLMSpec) -> dspy.LM:
+    """A `dspy.LM` for `spec`, with DSPy's retries off (LLMCaller retries and counts)."""
+    _prepare_litellm()
+    import dspy
+    from dspy.utils.exceptions import LMConfigurationError
+
+    clients: dict[str, Any] = {}
+    if spec.api_base:
+        clients["api_base"] = spec.api_base
+    key = api_key(spec)
+    if key is not None:
+        clients["api_key"] = key
+    try:
+        return dspy.LM(
+            spec.model,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            timeout=spec.timeout_s,
+            cache=spec.cache,
+            num_retries=0,
+            **clients,
+        )
+    except LMConfigurationError as exc:  # e.g. reasoning models refuse temperature 0
+        raise SpecError(
+            f"llm: {mask_secrets(str(exc), [spec.api_key_env])}; change llm.temperature / "
+            "llm.max_tokens or pick another llm.model"
+        ) from None
+
+
+def prompt_file(path: str | None, default_name: str) -> Path:
+    """`path` (relative to the working directory) if given, else `judges/<default_name>` of pats."""
+    found = Path(path) if path else PROMPTS_DIR / default_name
+    if not found.is_file():
+        hint = (
+            "fix the path in the spec"
+            if path
+            else "set the spec's rubric path, or reinstall pats from its source tree"
+        )
+        raise PrerequisiteError(f"prompt file {found} not found; {hint}")
+    return found
+
+
+def read_prompt_file(path: Path, model: type[M]) -> M:
+    """A YAML prompt or rubric file validated into `model`; every problem reported at once."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        issues = [SpecIssue(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
+        raise SpecError(issues, file=str(path)) from None
+
+
+# -- rendering records for prompts (shared by the LLM judge and reviser) ------------------------------
+
+
+def render_cards(cards: Sequence[EvidenceCard]) -> str:
+    if not cards:
+        return "(no cards)"
+    blocks = []
+    for card in cards:
+        tag = ", privileged: built from the expert plan" if card.privileged else ""
+        blocks.append(f"[{card.id}] {card.type} card, task {card.task_id}{tag}\n{card.text.strip()}")
+    return "\n\n".join(blocks)
+
+
+def render_entries(entries: Sequence[ScaffoldEntry]) -> str:
+    if not entries:
+        return "(no entries)"
+    return "\n".join(f"[{e.id}] {e.kind}, scope {e.scope}: {e.text.strip()}" for e in entries)
+
+
+def render_assessment(assessment: Assessment) -> str:
+    utility = "not measured" if assessment.utility is None else f"{assessment.utility:+.2f}"
+    return (
+        f"review mode {assessment.mode.value}; success moving average {assessment.ema_success:.2f}; "
+        f"scaffold budget pressure {assessment.pressure:.2f}; utility (success with the scaffold minus "
+        f"without) {utility}"
+    )
+
+
+# -- faults --------------------------------------------------------------------------------------------
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """The fault kind of an exception raised while asking an LLM, or None if it is not an LLM fault.
+
+    DSPy maps both of its engines' errors (native and LiteLLM) onto its own LM error classes; anything
+    outside them (a TypeError in a program, say) is a bug and is not swallowed.
+    """
+    from dspy.utils import exceptions as dx
+
+    if isinstance(exc, (MalformedAnswer, dx.AdapterParseError, dx.LMStreamAssemblyError)):
+        return "malformed"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, dx.LMTimeoutError)):
+        return "timeout"
+    if isinstance(exc, dx.LMRateLimitError):
+        return "rate_limit"
+    if isinstance(exc, dx.LMTransportError):
+        # The native engine reports a read timeout as a transport error.
+        return "timeout" if "timed out" in str(exc).lower() else "connection"
+    if isinstance(exc, dx.LMProviderError):
+        status = getattr(exc, "status", None)
+        if status == 200:  # a 200 whose body is not a completion
+            return "malformed"
+        if isinstance(exc, dx.LMServerError) or (isinstance(status, int) and status >= 500):
+            return "server_error"
+        return "other"
+    if isinstance(exc, dx.LMError):
+        return "other"
+    return None
+
+
+def retryable(exc: BaseException) -> bool:
+    """False for faults that another attempt cannot fix: bad key, no quota, invalid request, bad config."""
+    from dspy.utils import exceptions as dx
+
+    fatal = (
+        dx.LMAuthError,
+        dx.LMBillingError,
+        dx.LMInvalidRequestError,
+        dx.LMConfigurationError,
+        dx.LMUnsupportedFeatureError,
+    )
+    return not isinstance(exc, fatal)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The server's Retry-After in seconds, where the error carries one."""
+    value = getattr(exc, "retry_after", None)
+    if value is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        value = headers.get("retry-after") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+class LLMCaller:
+    """Runs DSPy programs against one LM with a concurrency limit, retries and fault counts.
+
+    `faults` counts failed attempts by kind (FAULT_KINDS); `calls` counts successful calls and
+    `seconds` their summed latency, for the run's metrics.
+    """
+
+    def __init__(
+        self,
+        spec: LLMSpec,
+        lm: Any = None,
+        *,
+        adapter: Any = None,
+        deadline_s: float | None = None,
+        max_wait_s: float = MAX_WAIT_S,
+    ):
+        self.spec = spec
+        self.lm = lm if lm is not None else build_lm(spec)
+        self._built_lm = lm is None  # a caller-supplied LM keeps its own cache settings
+        if adapter is None:
+            _prepare_litellm()
+            import dspy
+
+            adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)
+        self.adapter = adapter
+        # The HTTP timeout bounds each request; the deadline bounds the whole program run (a program
+        # may make more than one request) in case a client ignores its timeout.
+        self.deadline_s = deadline_s if deadline_s is not None else 2 * spec.timeout_s + 1.0
+        self.max_wait_s = max_wait_s
+        self.faults: Counter[str] = Counter()
+        self.calls = 0
+        self.seconds = 0.0
+        self._retry_lms: dict[int, Any] = {}
+        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphore_loop: asyncio.AbstractEventLoop | None = None
+        # Own threads: the loop's default executor has min(32, cpus + 4) workers and is shared.
+        self._executor = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="pats-llm")
+
+    async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
+        """`program(**inputs)`, retried on LLM faults; `parse` turns the prediction into the result and
+        raises MalformedAnswer for an answer in the wrong shape (counted and retried too)."""
+        semaphore = self._limit()
+        loop = asyncio.get_running_loop()
+        attempts = self.spec.max_retries + 1
+        for attempt in range(attempts):
+            async with semaphore:
+                started = time.monotonic()
+                lm = self._lm_for(attempt)
+                run = functools.partial(contextvars.copy_context().run, self._run, lm, program, inputs)
+                try:
+                    prediction = await asyncio.wait_for(
+                        loop.run_in_executor(self._executor, run), self.deadline_s
+                    )
+                    result = parse(prediction) if parse is not None else prediction
+                except Exception as exc:
+                    kind = fault_kind(exc)
+                    if kind is None:
+                        raise  # a bug, not an LLM fault: keep its traceback
+                    self.faults[kind] += 1
+                    error = exc
+                else:
+                    self.calls += 1
+                    self.seconds += time.monotonic() - started
+                    return result
+            if attempt + 1 == attempts or not retryable(error):
+                break
+            await asyncio.sleep(self._wait(attempt, error))  # outside the semaphore: others may go on
+        raise JudgeError(self._describe(error, kind, attempt + 1)) from None
+
+    def _run(self, lm: Any, program: Any, inputs: dict[str, Any]) -> Any:
+        import dspy
+
+        with dspy.context(lm=lm, adapter=self.adapter):
+            return program(**inputs)
+
+    def _lm_for(self, attempt: int) -> Any:
+        """The LM for this attempt. With the response cache on, a retry must not get the cached copy
+        of the answer it retries (DSPy caches a response before its adapter parses it), so each retry
+        asks under its own cache key (`rollout_id`, never sent to the server). A rerun then replays
+        the same sequence of answers, faults included."""
+        if attempt == 0 or not (self._built_lm and self.spec.cache):
+            return self.lm
+        if attempt not in self._retry_lms:
+            retry_lm = self.lm.copy(rollout_id=attempt)
+            # DSPy warns that rollout_id does not change a temperature-0 generation; it does change the
+            # cache key, which is all that is wanted here.
+            retry_lm._warned_zero_temp_rollout = True
+            self._retry_lms[attempt] = retry_lm
+        return self._retry_lms[attempt]
+
+    def _limit(self) -> asyncio.Semaphore:
+        # A semaphore belongs to one event loop; a new loop (a new asyncio.run) gets a new one.
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._semaphore_loop is not loop:
+            self._semaphore = asyncio.Semaphore(self.spec.concurrency)
+            self._semaphore_loop = loop
+        return self._semaphore
+
+    def _wait(self, attempt: int, error: BaseException) -> float:
+        hint = retry_after(error) if fault_kind(error) == "rate_limit" else None
+        wait = hint if hint is not None else self.spec.backoff_s * 2**attempt
+        return min(wait, self.max_wait_s)
+
+    def _describe(self, error: BaseException, kind: str, attempts: int) -> str:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if isinstance(error, asyncio.TimeoutError | TimeoutError) and not str(error):
+            detail = f"no answer within {self.deadline_s:g}s"
+        elif getattr(error, "lm_response", None) is not None:  # an adapter parse failure
+            fields = ", ".join(getattr(error.signature, "output_fields", {}))
+            detail = f"answer without the fields [{fields}]: {str(error.lm_response)[:200]!r}"
+        message = (
+            f"{self.spec.model}: no usable answer after {attempts} attempt(s); last fault {kind}: "
+            f"{detail[:300]} (faults so far: {dict(self.faults)}). Check the model, llm.api_base and the "
+            "server, or raise llm.max_retries / llm.timeout_s"
+        )
+        return mask_secrets(message, [self.spec.api_key_env])
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,247 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for offline tests of LLM code.
+
+It answers `POST /v1/chat/completions` from a script, one item per request, in order, and lists one
+model on `GET /v1/models`. It is a real HTTP server, so a test exercises the whole client stack
+(DSPy, LiteLLM or the OpenAI SDK, HTTP, retries) rather than a mock of it. Script items:
+
+- `"text"`: a normal answer with that content;
+- `{"status": 429, "retry_after": 0.1}`: an error response (any status), with a Retry-After header
+  when `retry_after` is given;
+- `{"delay": 5.0}`: sleep first (longer than the client's timeout to provoke one), then answer
+  `item["text"]` (default "");
+- `{"malformed": True}`: status 200 with a body that is not JSON;
+- `{"truncated": True}`: a body cut short of its Content-Length, then the connection closes;
+- a callable: called with the request body (a dict), returns one of the above.
+
+Requests after the script ran out get status 500 and count in `exhausted`. Every request body is kept in
+`requests` (parsed JSON) for assertions, and `max_in_flight` is the most requests handled at once.
+
+    with ScriptedOpenAIServer(["hello"]) as server:
+        lm = dspy.LM("openai/any", api_base=server.base_url, api_key="dummy")
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ScriptItem = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
+
+
+class ScriptedOpenAIServer:
+    def __init__(self, script: Iterable[ScriptItem] = (), *, model: str = "scripted"):
+        self.script: list[ScriptItem] = list(script)
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.exhausted = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()  # wakes delayed handlers on shutdown
+        self._connections: set[socket.socket] = set()  # open keep-alive connections, closed on stop
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> ScriptedOpenAIServer:
+        self._stop.clear()
+        handler = type("Handler", (_Handler,), {"server_double": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="scripted-openai", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:  # unblocks handler threads waiting on idle keep-alive connections
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> ScriptedOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the server is not running; use it as a context manager or call start()")
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- script ----------------------------------------------------------------------------------------
+
+    def add(self, *items: ScriptItem) -> None:
+        with self._lock:
+            self.script.extend(items)
+
+    def prompts(self) -> list[str]:
+        """The text of all messages of each recorded request, joined, in request order."""
+        return ["\n".join(_content(m) for m in body.get("messages", [])) for body in self.requests]
+
+    def _next(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            self.requests.append(body)
+            if not self.script:
+                self.exhausted += 1
+                return None
+            item = self.script.pop(0)
+        if callable(item):
+            item = item(body)
+        return {"text": item} if isinstance(item, str) else dict(item)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content", "")
+    if isinstance(content, list):  # content parts
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def completion(text: str, model: str) -> dict[str, Any]:
+    """An OpenAI chat-completion body answering `text`."""
+    return {
+        "id": f"chatcmpl-scripted-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_double: ScriptedOpenAIServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI clients expect
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server_double._lock:
+            self.server_double._connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server_double._lock:
+                self.server_double._connections.discard(self.connection)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            model = self.server_double.model
+            self._send(
+                200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "pats"}]}
+            )
+        else:
+            self._send(404, _error(f"no route GET {self.path}", "not_found"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, _error(f"no route POST {self.path}", "not_found"))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._send(400, _error("request body is not JSON", "invalid_request_error"))
+            return
+        double = self.server_double
+        double._enter()
+        try:
+            self._answer(double, double._next(body), body)
+        finally:
+            double._leave()
+
+    def _answer(self, double: ScriptedOpenAIServer, item: dict[str, Any] | None, body: dict) -> None:
+        if item is None:
+            self._send(500, _error("ScriptedOpenAIServer: script exhausted", "server_error"))
+            return
+        if item.get("delay"):
+            double._stop.wait(float(item["delay"]))
+        model = str(body.get("model") or double.model)
+        if "status" in item:
+            status = int(item["status"])
+            headers = {}
+            if item.get("retry_after") is not None:
+                seconds = float(item["retry_after"])
+                headers["Retry-After"] = f"{seconds:g}"
+                headers["retry-after-ms"] = str(int(seconds * 1000))
+            message = item.get("message", f"scripted error {status}")
+            kind = "rate_limit_exceeded" if status == 429 else "server_error"
+            self._send(status, _error(message, kind), headers)
+        elif item.get("malformed"):
+            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [ this is not json')
+        elif item.get("truncated"):
+            data = json.dumps(completion(str(item.get("text", "")), model)).encode()
+            self.close_connection = True
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))  # promises more than is sent
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        else:
+            self._send(200, completion(str(item.get("text", "")), model))
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send_raw(status, json.dumps(payload).encode(), headers)
+
+    def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a provoked timeout)
+
+
+def _error(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": kind, "param": None}}

@@ -1,0 +1,80 @@
+"""The review with an LLM reviser behind a real HTTP server on 127.0.0.1: faults are retried,
+invalid edit sets are retried once with their errors, then the rules reviser answers; training goes
+on and nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pats.engine.build import build_scaffold_policy
+from pats.engine.loop import Engine
+from pats.engine.sampler import TaskSampler
+from pats.logging.events import EventLog, read_events
+from pats.reviser import LLMReviser, RulesReviser
+from pats.spec.models import ExperimentSpec
+from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+
+INVALID = [
+    {"op": "ADD", "kind": "skill", "scope": "general", "text": "Be careful.", "cites": ["c-nope", "c-gone"]}
+]
+WIRE_INVALID = f"[[ ## edits ## ]]\n{json.dumps(INVALID)}\n\n[[ ## completed ## ]]"
+
+
+def spec_for(base_url: str) -> ExperimentSpec:
+    return ExperimentSpec.model_validate(
+        {
+            "name": "llm-review",
+            "environment": {"kind": "twx"},
+            "scaffold": {"mode": "pats"},
+            "reviser": {
+                "kind": "llm",
+                "llm": {
+                    "model": "openai/scripted",
+                    "api_base": base_url,
+                    "api_key_env": "PATS_TEST_KEY",
+                    "timeout_s": 1.0,
+                    "max_retries": 1,
+                    "backoff_s": 0.01,
+                },
+            },
+            "trainer": {"steps": 3, "tasks_per_step": 4, "group_size": 4},
+            "eval": {"every": 10, "at_start": False, "with_scaffold": False},
+        }
+    )
+
+
+def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monkeypatch):
+    monkeypatch.setenv("PATS_TEST_KEY", "sk-test-PLANTED")
+    script = [{"status": 429, "retry_after": 0.05}, {"delay": 3.0}, {"malformed": True}] + [WIRE_INVALID] * 60
+    env = FakeEnv(num_tasks=4)
+    with ScriptedOpenAIServer(script) as server:
+        spec = spec_for(server.base_url)
+        scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+        assert isinstance(scaffold.reviser, LLMReviser) and isinstance(scaffold.fallback, RulesReviser)
+        engine = Engine(
+            spec=spec,
+            backend=ScriptedBackend(improving_schedule(), seed=5),
+            scaffold=scaffold,
+            sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
+            eval_tasks=env.tasks("eval"),
+            events=EventLog(tmp_path / "events.jsonl"),
+        )
+        asyncio.run(engine.run())
+        engine.events.close()
+        requests = len(server.requests)
+
+    log = tmp_path / "events.jsonl"
+    ends = read_events(log, "step_end")
+    assert [e["step"] for e in ends] == [0, 1, 2], "a failing reviser must not cost a training step"
+    faults = sum(e["metrics"]["review/llm_faults"] for e in ends)
+    assert faults >= 3  # the 429, the timeout and the malformed body were each counted
+    assert scaffold.reviser.faults["rate_limit"] == 1 and scaffold.reviser.faults["timeout"] >= 1
+    refused = [e["problem"] for e in read_events(log, "refused")]
+    assert any("attempt 1" in p for p in refused) and any("attempt 2" in p for p in refused)
+    assert any("c-nope" in p for p in refused)
+    assert read_events(log, "fallback"), "the rules reviser should have answered"
+    adds = [e for e in read_events(log, "edit") if e["edit"]["op"] == "ADD"]
+    assert adds and all("Be careful." not in e["edit"]["text"] for e in adds)
+    assert requests >= 6
+    assert "sk-test-PLANTED" not in log.read_text()
