@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pats.types import (
     Assessment,
-    EvidenceCard,
     Edit,
+    EvidenceCard,
     Record,
     Rollout,
     RolloutGroup,

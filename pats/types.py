@@ -8,7 +8,7 @@ All frozen pydantic models, so every record can go to the JSONL event log as it 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -150,7 +150,7 @@ class DeleteEdit(Record):
     cites: tuple[str, ...] = ()
 
 
-Edit = Annotated[Union[AddEdit, UpdateEdit, DeleteEdit], Field(discriminator="op")]
+Edit = Annotated[AddEdit | UpdateEdit | DeleteEdit, Field(discriminator="op")]
 
 
 class ScaffoldEntry(Record):
