@@ -127,11 +127,20 @@ class ScaffoldStore:
         self._views: dict[tuple[str, str], ScaffoldView] = {}  # (version hash, task id) -> view
 
     @classmethod
-    def open(cls, directory: Path, count_tokens: TokenCounter, view_tokens: int) -> ScaffoldStore:
-        """The store persisted in `directory` (every version, in order); an empty store if there is none."""
+    def open(
+        cls, directory: Path, count_tokens: TokenCounter, view_tokens: int, upto: int | None = None
+    ) -> ScaffoldStore:
+        """The store persisted in `directory` (every version, in order); an empty store if there is none.
+
+        `upto`: resuming from a checkpoint, versions after this number belong to steps the run will
+        redo; their files are removed so the redone steps write them again under the same numbers.
+        """
         directory = Path(directory)
         store = cls(count_tokens, view_tokens)
         for number, path in _version_files(directory):
+            if upto is not None and number > upto:
+                path.unlink()
+                continue
             if number != len(store._versions):
                 raise PatsError(
                     f"{path.parent}: version {len(store._versions):06d}.json is missing before {path.name}; "

@@ -1,0 +1,231 @@
+"""The local PolicyBackend: batched multi-turn episodes on real environments, GRPO updates.
+
+All episodes of a step advance together, one turn at a time: the policy acts for every live episode
+(score mode: one shared-prefix scoring pass per episode; generate mode: one batched `generate` over
+all of them), then every environment steps concurrently. Each rollout keeps its training items
+(ChoiceItem / TrainItem) beside it, keyed by rollout id, until `update` turns the group's rewards into
+advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
+window (as verl-agent), not a growing chat; each item is weighted 1 / turns so every episode counts
+once in the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from pats.backends.local.grpo import group_advantages
+from pats.backends.local.policy import LocalPolicy
+from pats.backends.local.training import ChoiceItem, TrainItem
+from pats.envs.prompting import instructions, parse_action, render_prompt
+from pats.errors import EnvironmentFault
+from pats.protocols import Env, GroupPlan, StepResult
+from pats.scaffold import with_scaffold
+from pats.spec.models import ExperimentSpec
+from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn
+
+
+@dataclass
+class Episode:
+    id: str
+    task: Task
+    view: ScaffoldView
+    env: Env
+    state: StepResult | None = None
+    history: list[tuple[str, str]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    items: list = field(default_factory=list)  # per-turn training data, advantage filled in later
+    reward: float = 0.0
+    won: bool = False
+    done: bool = False
+    error: str = ""
+
+
+class LocalBackend:
+    def __init__(self, spec: ExperimentSpec, make_env: Callable[[], Env], policy: LocalPolicy | None = None):
+        self.spec = spec
+        self.policy = policy or LocalPolicy(spec.policy, spec.trainer, spec.seed)
+        self.make_env = make_env
+        self.envs: list[Env] = []  # reused across steps: an environment may hold a process (a JVM)
+        self.instructions = instructions(spec.environment.kind, spec.policy.action)
+        self.pending: dict[str, list] = {}  # rollout id -> its turns' training items
+
+    # -- PolicyBackend -------------------------------------------------------------------------
+
+    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[RolloutGroup]:
+        episodes, shape = [], []
+        for plan in plans:
+            ids = []
+            for i in range(plan.size):
+                view = plan.view if i >= plan.probes else EMPTY_VIEW  # probes: no scaffold
+                episodes.append((f"s{step}-{plan.task.id}-{i}", plan.task, view))
+                ids.append(len(episodes) - 1)
+            shape.append((plan, ids))
+        finished = await self.play(episodes, greedy=False)
+        groups = []
+        for plan, ids in shape:
+            rollouts = tuple(self._record(finished[i], scaffolded=i - ids[0] >= plan.probes) for i in ids)
+            for i in ids:
+                self.pending[finished[i].id] = finished[i].items
+            groups.append(
+                RolloutGroup(step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=rollouts)
+            )
+        return groups
+
+    async def update(self, groups: Sequence[RolloutGroup]) -> dict[str, float]:
+        batch = []
+        for group in groups:
+            rewards = torch.tensor(group.rewards, dtype=torch.float64)  # (G,)
+            advantages = group_advantages(rewards, self.spec.trainer.normalize_advantage_std)
+            for rollout, adv in zip(group.rollouts, advantages.tolist(), strict=True):
+                items = self.pending.pop(rollout.id, [])
+                for item in items:
+                    batch.append(self._train_item(item, adv, 1.0 / len(items)))
+        self.pending.clear()
+        # In a thread: torch releases the GIL, so the scaffold review runs beside the update.
+        stats = await asyncio.to_thread(self.policy.update, batch)
+        return {f"policy/{k}": float(v) for k, v in stats.items()}
+
+    async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]:
+        n = self.spec.eval.samples_per_task
+        episodes = [(f"eval-{t.id}-{k}", t, v) for t, v in zip(tasks, views, strict=True) for k in range(n)]
+        finished = await self.play(episodes, greedy=self.spec.eval.greedy)
+        return [self._record(e, scaffolded=not e.view.empty) for e in finished]
+
+    def save(self, directory: Path) -> None:
+        self.policy.save(directory / "policy")
+
+    def load(self, directory: Path) -> None:
+        self.policy.load(directory / "policy")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(env.close() for env in self.envs))
+        self.envs.clear()
+
+    # -- episodes ------------------------------------------------------------------------------
+
+    async def play(self, specs: Sequence[tuple[str, Task, ScaffoldView]], greedy: bool) -> list[Episode]:
+        while len(self.envs) < len(specs):
+            self.envs.append(self.make_env())
+        episodes = [
+            Episode(rid, task, view, env) for (rid, task, view), env in zip(specs, self.envs, strict=False)
+        ]
+        await asyncio.gather(*(self._reset(e) for e in episodes))
+        for _ in range(self.spec.environment.max_turns):
+            live = [e for e in episodes if not e.done]
+            if not live:
+                break
+            actions = self._act(live, greedy)
+            await asyncio.gather(*(self._step(e, a) for e, a in zip(live, actions, strict=True)))
+        return episodes
+
+    async def _reset(self, ep: Episode) -> None:
+        try:
+            ep.state = await ep.env.reset(ep.task)
+        except EnvironmentFault as err:
+            ep.done, ep.error = True, f"reset failed: {err}"
+
+    def _prompt_ids(self, ep: Episode, admissible) -> list[int]:
+        parts = render_prompt(
+            self.instructions,
+            ep.state.task_description,
+            ep.history,
+            ep.state.observation,
+            admissible,
+            self.spec.environment.history_window,
+        )
+        return self.policy.chat_ids(with_scaffold(parts.system, ep.view), parts.user)
+
+    def _act(self, live: list[Episode], greedy: bool) -> list[tuple[str, str, bool, str, int, int]]:
+        """(action, raw output, valid, reason, prompt tokens, response tokens) per live episode."""
+        if self.spec.policy.action == "score":
+            out = []
+            for ep in live:
+                actions = list(ep.state.admissible)
+                prompt = self._prompt_ids(ep, actions)
+                index, _ = self.policy.choose(prompt, actions, greedy)
+                ep.items.append((prompt, actions, index))
+                out.append(
+                    (
+                        actions[index],
+                        actions[index],
+                        True,
+                        "",
+                        len(prompt),
+                        len(self.policy.action_ids(actions[index])),
+                    )
+                )
+            return out
+        prompts = [self._prompt_ids(ep, list(ep.state.admissible) or None) for ep in live]
+        outputs = self.policy.generate(prompts, self.spec.policy.max_new_tokens, greedy)
+        out = []
+        for ep, prompt, response in zip(live, prompts, outputs, strict=True):
+            text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
+            action, valid, reason = parse_action(text, list(ep.state.admissible) or None)
+            if response:
+                ep.items.append((prompt, response))
+            out.append((action, text, valid, reason, len(prompt), len(response)))
+        return out
+
+    async def _step(self, ep: Episode, act) -> None:
+        action, output, valid, reason, prompt_tokens, response_tokens = act
+        before = ep.state.observation
+        if valid:
+            try:
+                result = await ep.env.step(action)
+            except EnvironmentFault as err:
+                ep.done, ep.error = True, f"environment died: {err}"
+                result = StepResult(observation=before, valid=False, invalid_reason=str(err))
+        else:
+            result = StepResult(
+                observation=before, admissible=ep.state.admissible, valid=False, invalid_reason=reason
+            )
+        ep.turns.append(
+            Turn(
+                observation=before,
+                action=action,
+                output=output,
+                valid=result.valid,
+                invalid_reason=result.invalid_reason,
+                reward=result.reward,
+                prompt_tokens=prompt_tokens,
+                response_tokens=response_tokens,
+            )
+        )
+        ep.history.append((action or output[:80], result.observation))
+        ep.reward += result.reward
+        ep.won = ep.won or result.won
+        ep.done = ep.done or result.done
+        if not result.admissible:  # an env may leave them out of an invalid or final step
+            result = result.model_copy(update={"admissible": ep.state.admissible})
+        ep.state = result
+
+    def _train_item(self, stored: tuple, advantage: float, weight: float) -> ChoiceItem | TrainItem:
+        """A stored turn as a training item, now that its episode's advantage is known."""
+        if len(stored) == 3:  # score mode: (prompt ids, candidate actions, chosen index)
+            prompt, actions, chosen = stored
+            return self.policy.choice_item(prompt, actions, chosen, advantage, weight)
+        prompt, response = stored
+        return TrainItem(
+            input_ids=tuple(prompt) + tuple(response),
+            loss_mask=(0,) * len(prompt) + (1,) * len(response),
+            advantage=advantage,
+            weight=weight,
+        )
+
+    def _record(self, ep: Episode, scaffolded: bool) -> Rollout:
+        return Rollout(
+            id=ep.id,
+            task_id=ep.task.id,
+            scaffolded=scaffolded,
+            scaffold_version=ep.view.version,
+            turns=tuple(ep.turns),
+            reward=ep.reward,
+            success=ep.won,
+            truncated=not ep.done,
+            error=ep.error,
+        )

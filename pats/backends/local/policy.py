@@ -1,0 +1,299 @@
+"""The local policy: a transformers causal LM (LoRA or full fine-tuning) that acts, trains and saves.
+
+Two ways to act, picked by `policy.action`:
+- `score_actions` / `choose`: the policy's distribution over the environment's admissible actions is
+  softmax(score / temperature), a score being the sum or mean of the action's token log-probs given
+  the prompt (the action's text followed by the end-of-turn token). The prompt runs once and its KV
+  cache is shared by the candidates (scoring.py). A 135M model cannot free-generate valid actions but
+  ranks them well once scores are length-normalized (notes/facts.md);
+- `generate`: batched sampling with left padding, temperature and top-p.
+Training (`update`) lives in training.py. The reference policy for the KL term is the same model with
+its LoRA adapter disabled, or a frozen copy under full fine-tuning (kept only when kl_coef > 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from pats.backends.local import grpo
+from pats.backends.local.scoring import score_candidates
+from pats.backends.local.training import ChoiceItem, TrainItem, run_update
+from pats.errors import BackendError
+from pats.models.files import resolve_model_dir
+from pats.spec.models import LocalTrainerSpec, PolicySpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def bf16_autocast_supported(device: torch.device) -> bool:
+    """Whether bf16 autocast is a speed-up here: native bf16 on the CPU (avx512_bf16 / AMX) or GPU.
+    Without native support CPU autocast emulates bf16 and runs slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: no cheap way to know, stay in fp32
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class LocalPolicy:
+    def __init__(self, policy: PolicySpec, trainer: LocalTrainerSpec, seed: int):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.spec, self.trainer = policy, trainer
+        if trainer.threads is not None:
+            torch.set_num_threads(trainer.threads)  # process-wide: torch has no per-model setting
+        want_cuda = trainer.device == "cuda" or (trainer.device == "auto" and torch.cuda.is_available())
+        if want_cuda and not torch.cuda.is_available():
+            raise BackendError("trainer.device is 'cuda' but torch sees no CUDA GPU; use device: auto or cpu")
+        self.device = torch.device("cuda" if want_cuda else "cpu")
+        self.autocast = (
+            trainer.autocast_bf16 and policy.dtype == "float32" and bf16_autocast_supported(self.device)
+        )
+        torch.manual_seed(seed)  # LoRA's initial A matrices come from the global RNG
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)  # sampling, kept apart
+
+        source = resolve_model_dir(policy.model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[policy.dtype])
+        except OSError as err:
+            raise BackendError(f"cannot load policy.model '{policy.model}': {err}") from err
+        self.eos_id = self.tokenizer.eos_token_id
+        if self.eos_id is None:
+            raise BackendError(f"the tokenizer of '{policy.model}' has no eos token to end a turn with")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        _check_plain_head(model)
+        model.to(self.device)
+
+        self.reference = None
+        if policy.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            lora = policy.lora
+            config = LoraConfig(
+                r=lora.rank,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            )
+            try:
+                model = get_peft_model(model, config)
+            except ValueError as err:  # e.g. target modules the architecture does not have
+                raise BackendError(
+                    f"cannot put LoRA on '{policy.model}': {err}; set policy.lora.target_modules to "
+                    "linear layer names of this model (or policy.lora: null for full fine-tuning)"
+                ) from err
+        elif trainer.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model.eval()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=trainer.lr, weight_decay=trainer.weight_decay)
+
+    # -- prompts and actions -------------------------------------------------------------------
+
+    def chat_ids(self, system: str, user: str) -> list[int]:
+        """The chat template for one system + user message, opened for the assistant's answer."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return list(
+            self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
+
+    def action_ids(self, action: str) -> list[int]:
+        """An action as the assistant writes it: its tokens, then the end-of-turn (eos) token.
+        Tokenized alone; the template puts a newline before it, so no BPE merge crosses the seam."""
+        return self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.eos_id]
+
+    def action_token_ids(self, prompt_ids: Sequence[int], action_text: str) -> tuple[list[int], list[int]]:
+        """(input_ids, loss_mask) for one prompt + response: the mask is 1 on the response's tokens,
+        the end token included, and 0 on the prompt."""
+        response = self.action_ids(action_text)
+        return list(prompt_ids) + response, [0] * len(prompt_ids) + [1] * len(response)
+
+    def choice_item(
+        self, prompt_ids: Sequence[int], actions: Sequence[str], chosen: int, advantage: float, weight=1.0
+    ) -> ChoiceItem:
+        """A score-mode decision, ready for `update`."""
+        return ChoiceItem(
+            prompt_ids=tuple(prompt_ids),
+            candidates=tuple(tuple(self.action_ids(a)) for a in actions),
+            chosen=chosen,
+            advantage=advantage,
+            weight=weight,
+        )
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def autocast_context(self):
+        if not self.autocast:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def candidate_scores(
+        self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None
+    ) -> Tensor:
+        """Scores of K tokenized candidates after one prompt, the prompt's KV cache shared. (K,)
+        With or without gradients (training recomputes them), on `model` (default: the policy)."""
+        with self.autocast_context():
+            return score_candidates(
+                self.model if model is None else model,
+                prompt_ids,
+                candidates,
+                pad_id=self.pad_id,
+                chunk=self.trainer.logprob_chunk,
+                normalization=self.spec.score_normalization,
+            )
+
+    @torch.no_grad()
+    def score_actions(self, prompt_ids: Sequence[int], actions: Sequence[str]) -> Tensor:
+        """Score of each action text after the prompt (sum or mean token log-prob per the spec). (K,)"""
+        return self.candidate_scores(prompt_ids, [self.action_ids(a) for a in actions]).float().cpu()
+
+    def choose(self, prompt_ids: Sequence[int], actions: Sequence[str], greedy: bool) -> tuple[int, Tensor]:
+        """(index of the chosen action, the distribution it was drawn from (K,))."""
+        probs = grpo.action_distribution(
+            self.score_actions(prompt_ids, actions).double(), self.spec.temperature
+        )
+        if greedy:
+            return int(probs.argmax()), probs.float()
+        return int(torch.multinomial(probs, 1, generator=self.generator)), probs.float()
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids_batch: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool
+    ) -> list[list[int]]:
+        """New tokens per prompt, each ending at eos (included) or after max_new_tokens."""
+        from transformers import GenerationConfig
+
+        if not prompt_ids_batch:
+            return []
+        longest = max(len(p) for p in prompt_ids_batch)
+        ids = torch.full((len(prompt_ids_batch), longest), self.pad_id, device=self.device)  # (B, P)
+        mask = torch.zeros_like(ids)
+        for i, prompt in enumerate(prompt_ids_batch):  # left padding: every row ends where it continues
+            ids[i, longest - len(prompt) :] = torch.tensor(list(prompt), device=self.device)
+            mask[i, longest - len(prompt) :] = 1
+        sampling = {"do_sample": False}
+        if not greedy:  # top_k=0: only temperature and top-p shape the distribution
+            sampling = {
+                "do_sample": True,
+                "temperature": self.spec.temperature,
+                "top_p": self.spec.top_p,
+                "top_k": 0,
+            }
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, eos_token_id=self.eos_id, pad_token_id=self.pad_id, **sampling
+        )
+        # HF samples from the global RNG; seed it from our generator inside a forked RNG state, so runs
+        # are reproducible and the caller's global RNG is left as it was.
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), self.autocast_context():
+            torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        results = []
+        for row in out[:, longest:].tolist():
+            end = row.index(self.eos_id) + 1 if self.eos_id in row else len(row)
+            results.append(row[:end])
+        return results
+
+    # -- training ------------------------------------------------------------------------------
+
+    @contextmanager
+    def reference_model(self) -> Iterator[torch.nn.Module]:
+        """The KL reference: the model with its adapter off, or the frozen copy (full fine-tuning)."""
+        if self.reference is not None:
+            yield self.reference
+        elif self.spec.lora is not None:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            raise BackendError("no reference policy: full fine-tuning keeps one only when kl_coef > 0")
+
+    def update(self, batch: Sequence[TrainItem | ChoiceItem]) -> dict[str, float]:
+        """One GRPO/PPO update on the batch; see training.run_update."""
+        return run_update(self, batch)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> None:
+        """Weights (LoRA adapter or the full model), optimizer state and RNG states, written to a
+        temporary sibling folder and renamed into place, so a crash never leaves a partial checkpoint."""
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            if self.spec.lora is not None:
+                self.model.save_pretrained(tmp / "adapter")
+            else:
+                self.model.save_pretrained(tmp / "model")
+                self.tokenizer.save_pretrained(tmp / "model")
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            rng = {"torch": torch.get_rng_state(), "sampler": self.generator.get_state()}
+            if self.device.type == "cuda":
+                rng["cuda"] = torch.cuda.get_rng_state(self.device)
+            torch.save(rng, tmp / "rng.pt")
+            old = None
+            if target.exists():  # swap: the old checkpoint is removed only after the new one is in place
+                old = target.with_name(f".{target.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                target.rename(old)
+            tmp.rename(target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def load(self, directory: str | Path) -> None:
+        """Restore what `save` wrote into this policy (same spec)."""
+        folder = Path(directory)
+        previous = folder.with_name(f".{folder.name}.old")
+        if not folder.exists() and previous.exists():  # a crash between save's two renames
+            folder = previous
+        if not (folder / "optimizer.pt").is_file():
+            raise BackendError(f"{folder} is not a pats checkpoint (no optimizer.pt)")
+        if self.spec.lora is not None:
+            from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+            weights = load_peft_weights(str(folder / "adapter"), device=str(self.device))
+            result = set_peft_model_state_dict(self.model, weights)
+            if result.unexpected_keys:
+                raise BackendError(
+                    f"{folder}: adapter does not match policy.lora ({result.unexpected_keys[:3]})"
+                )
+        else:
+            from transformers import AutoModelForCausalLM
+
+            saved = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=DTYPES[self.spec.dtype])
+            self.model.load_state_dict(saved.state_dict())
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=self.device))
+        rng = torch.load(folder / "rng.pt")
+        torch.set_rng_state(rng["torch"])
+        self.generator.set_state(rng["sampler"])
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+
+
+def _check_plain_head(model) -> None:
+    """Log-probs are computed from hidden states through the output embeddings; models that rescale
+    or soft-cap their logits after the head would be scored wrongly, so refuse them."""
+    config = model.config.get_text_config()
+    for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        value = getattr(config, name, None)
+        if value not in (None, 1, 1.0):
+            raise BackendError(
+                f"policy.model '{config.name_or_path}' sets {name}={value}; the local backend computes "
+                "log-probs from the plain LM head and does not support rescaled logits"
+            )
