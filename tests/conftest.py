@@ -12,7 +12,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
 

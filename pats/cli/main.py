@@ -98,6 +98,44 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from pats.engine.run import resume, run_spec
+    from pats.spec import load_spec
+
+    if args.resume:
+        if args.items:
+            raise SpecError("--resume continues a run with its saved spec; give only the run directory")
+        run_dir = resume(Path(args.resume))
+    else:
+        specs, overrides = _split_args(args.items)
+        if len(specs) != 1:
+            raise SpecError(
+                f"`pats run` takes one spec file (or --resume RUN_DIR), got {len(specs)}: {specs}"
+            )
+        run_dir = run_spec(load_spec(specs[0], overrides))
+    print(f"run finished: {run_dir}\nreport: pats report {run_dir}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pats.report import write_report
+
+    for path in write_report(Path(args.run_dir)):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pats.engine.evaluate import evaluate_run
+
+    metrics = evaluate_run(
+        Path(args.run_dir), split=args.split, num_tasks=args.tasks, with_scaffold=args.with_scaffold
+    )
+    for key, value in sorted(metrics.items()):
+        print(f"{key}: {value:.4f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pats",
@@ -127,6 +165,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "run",
+        help="train: build everything from a spec and run it in runs/<name>",
+        description="Train from a spec into <logging.root>/<name>/ (spec, event log, scaffold versions, "
+        "checkpoints, W&B offline run). Overrides as in validate. --resume continues a run after a crash "
+        "from its last checkpoint.",
+    )
+    p.add_argument("items", nargs="*", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "report",
+        help="write plots and a markdown summary of a run",
+        description="Read RUN_DIR/events.jsonl and write RUN_DIR/report/*.png and summary.md.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a run's latest policy checkpoint on held-out tasks",
+        description="Load RUN_DIR's spec and latest checkpoint and evaluate the policy without the scaffold "
+        "(deployment), optionally with it too. Writes RUN_DIR/report/eval_<split>.json.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--split", default="eval", help="task split: eval (the spec's held-out split) or train")
+    p.add_argument("--tasks", type=int, help="number of tasks (default: the spec's eval size)")
+    p.add_argument("--with-scaffold", action="store_true", help="also evaluate with the final scaffold")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
         "schema",

@@ -47,13 +47,14 @@ def build_scaffold_policy(
     count_tokens: TokenCounter,
     expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
     task_types: Sequence[str] | None = None,
+    upto_version: int | None = None,
 ) -> NoScaffold:
     """`task_types`: the environment's type names, so a bank's type-scoped skills land on them."""
     sc = spec.scaffold
     if sc.mode == "none":
         return NoScaffold()
     store = (
-        ScaffoldStore.open(directory, count_tokens, sc.budget.view_tokens)
+        ScaffoldStore.open(directory, count_tokens, sc.budget.view_tokens, upto=upto_version)
         if directory
         else ScaffoldStore(count_tokens, sc.budget.view_tokens)
     )

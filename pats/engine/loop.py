@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, scaffold_metrics
@@ -30,6 +30,7 @@ class Engine:
     eval_tasks: Sequence[Task]
     events: EventLog
     sinks: Sequence[MetricSink] = ()
+    checkpoint: Callable[[int], None] | None = None  # called after a step's end is on disk
 
     async def run(self, start_step: int = 0) -> None:
         tr, probes = self.spec.trainer, self.spec.probe_count()
@@ -61,6 +62,8 @@ class Engine:
             if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
                 await self.evaluate(step)
             self.events.end_step(step, metrics=metrics)
+            if self.checkpoint and ((step + 1) % tr.checkpoint_every == 0 or step + 1 == tr.steps):
+                self.checkpoint(step)
 
     async def _timed(self, review):
         start = time.perf_counter()

@@ -28,10 +28,11 @@ def _jsonable(value: Any) -> Any:
 
 
 class EventLog:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, keep_through: int | None = None):
+        """`keep_through`: resuming from the checkpoint of that step, later steps are dropped too."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.last_complete_step = _truncate_to_complete(path)
+        self.last_complete_step = _truncate_to_complete(path, keep_through)
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, step: int, event: str, **payload: Any) -> None:
@@ -53,9 +54,9 @@ def read_events(path: Path, event: str | None = None) -> list[dict]:
     return [x for x in lines if event is None or x["event"] == event]
 
 
-def _truncate_to_complete(path: Path) -> int:
-    """Cut the log after the last `step_end` (a half-written step, or a torn last line); return that
-    step, or -1 if no step completed."""
+def _truncate_to_complete(path: Path, keep_through: int | None = None) -> int:
+    """Cut the log after the last `step_end` (a half-written step, or a torn last line) at or before
+    step `keep_through`; return that step, or -1 if no step is kept."""
     if not path.exists():
         return -1
     data = path.read_bytes()
@@ -67,6 +68,8 @@ def _truncate_to_complete(path: Path) -> int:
         except json.JSONDecodeError:
             break
         if line.get("event") == "step_end":
+            if keep_through is not None and line["step"] > keep_through:
+                break
             keep, last = offset, line["step"]
     if keep != len(data):
         with path.open("r+b") as f:

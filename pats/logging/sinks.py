@@ -12,8 +12,13 @@ from pats.errors import PrerequisiteError
 class JsonlSink:
     """metrics.jsonl: one line per step, `{"step": t, ...metrics}`."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, keep_through: int | None = None):
+        """`keep_through`: on resume, lines of later steps (to be redone) are dropped."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_through is not None and path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [x for x in lines if x.endswith("\n") and json.loads(x)["step"] <= keep_through]
+            path.write_text("".join(kept), encoding="utf-8")
         self._file = path.open("a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pats.errors import PatsError
+from pats.fileio import write_atomic
 from pats.protocols import TokenCounter
 from pats.scaffold.render import render_markdown, render_view
 from pats.types import (
@@ -75,26 +75,6 @@ def scope_problem(scope: str) -> str | None:
         if name and not any(c.isspace() for c in name):
             return None
     return f"scope {scope!r} is not 'general', 'type:<task type>' or 'task:<task id>' (no spaces in the name)"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader sees the old file or the new one, never a part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX only)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _version_files(directory: Path) -> list[tuple[int, Path]]:

@@ -1,0 +1,161 @@
+"""`pats run`: build every component from a spec, train in a run directory, checkpoint, resume.
+
+A run directory (`<logging.root>/<name>/`) holds:
+  spec.yaml        the resolved spec (resume reads it back)
+  events.jsonl     versioned event log (cards, verdicts, edits, versions, metrics, evaluations)
+  metrics.jsonl    one line of metrics per step (and per evaluation)
+  scaffold/        every scaffold version (versions/NNNNNN.json) and current.md
+  checkpoints/     step_NNNNNN/ (policy, judge state, state.json) and latest.json
+  wandb/           the W&B run (offline unless logging.wandb says otherwise)
+  report/          plots and summary.md (`pats report`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+
+from pats.engine.build import build_scaffold_policy
+from pats.engine.loop import Engine
+from pats.engine.progress import ProgressSink
+from pats.engine.sampler import TaskSampler
+from pats.errors import PrerequisiteError, SpecError
+from pats.fileio import write_atomic
+from pats.logging.events import EventLog
+from pats.logging.sinks import JsonlSink, WandbSink
+from pats.registry import ENVIRONMENTS
+from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
+
+KEEP_CHECKPOINTS = 2
+
+
+def run_dir_for(spec: ExperimentSpec) -> Path:
+    return Path(spec.logging.root) / spec.name
+
+
+def new_run(spec: ExperimentSpec) -> Path:
+    run_dir = run_dir_for(spec)
+    if (run_dir / "events.jsonl").exists():
+        raise SpecError(
+            f"{run_dir} already holds a run; continue it with `pats run --resume {run_dir}`, "
+            f"or start another with a new name, e.g. name={spec.name}-2"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / "spec.yaml", spec_to_yaml(spec))
+    return run_dir
+
+
+def load_run(run_dir: Path) -> tuple[ExperimentSpec, dict | None]:
+    """The run's resolved spec and its latest checkpoint state (None before the first)."""
+    if not (run_dir / "spec.yaml").is_file():
+        raise PrerequisiteError(f"{run_dir} is not a pats run directory (no spec.yaml); give runs/<name>")
+    spec = load_spec(run_dir / "spec.yaml")
+    latest = run_dir / "checkpoints" / "latest.json"
+    return spec, json.loads(latest.read_text()) if latest.is_file() else None
+
+
+def make_env_factory(spec: ExperimentSpec):
+    import pats.envs  # noqa: F401  (registers the built-in environments)
+
+    make = ENVIRONMENTS.get(spec.environment.kind)
+    return lambda: make(spec.environment)
+
+
+def make_backend(spec: ExperimentSpec, make_env):
+    if spec.trainer.backend == "verl":
+        raise PrerequisiteError(
+            "trainer.backend: verl is not available in this version of pats yet; "
+            "use trainer.backend: local (CPU or one GPU)"
+        )
+    from pats.backends.local.backend import LocalBackend
+
+    return LocalBackend(spec, make_env)
+
+
+async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) -> Path:
+    """Train from scratch (state None) or from a checkpoint state; returns the run directory."""
+    from pats.models import token_counter
+
+    make_env = make_env_factory(spec)
+    env = make_env()  # lists tasks and expert plans; episodes get their own instances
+    train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
+    eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
+    done = state["step"] if state else None
+    scaffold = build_scaffold_policy(
+        spec,
+        run_dir / "scaffold",
+        token_counter(spec.policy.model),
+        env.expert_plan,
+        task_types=sorted({t.type for t in train_tasks}),
+        upto_version=state and state["scaffold_version"],
+    )
+    backend = make_backend(spec, make_env)
+    sinks = [JsonlSink(run_dir / "metrics.jsonl", keep_through=done)]
+    wandb_id = state.get("wandb_id") if state else None
+    if spec.logging.wandb != "disabled":
+        os.environ.setdefault("WANDB_DIR", str(run_dir))
+        sink = WandbSink(
+            run_dir,
+            spec.logging.project,
+            spec.logging.entity,
+            spec.logging.wandb,
+            spec.name,
+            spec.model_dump(mode="json"),
+            run_id=wandb_id,
+        )
+        sinks.append(sink)
+        wandb_id = sink.run_id
+    if state:
+        backend.load(Path(state["path"]))
+        if hasattr(scaffold, "judge"):
+            scaffold.judge.load_state_dict(state["judge"])
+    progress = ProgressSink(spec, start=(done + 1) if state else 0) if spec.logging.progress else None
+    if progress:
+        sinks.append(progress)
+
+    def checkpoint(step: int) -> None:
+        folder = run_dir / "checkpoints" / f"step_{step:06d}"
+        backend.save(folder)
+        saved = {
+            "step": step,
+            "path": str(folder),
+            "wandb_id": wandb_id,
+            "scaffold_version": scaffold.store.current.number if scaffold.store else 0,
+            "judge": scaffold.judge.state_dict() if hasattr(scaffold, "judge") else {},
+        }
+        write_atomic(folder / "state.json", json.dumps(saved, indent=1))
+        write_atomic(run_dir / "checkpoints" / "latest.json", json.dumps(saved, indent=1))
+        for old in sorted((run_dir / "checkpoints").glob("step_*"))[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    engine = Engine(
+        spec=spec,
+        backend=backend,
+        scaffold=scaffold,
+        sampler=TaskSampler(train_tasks, spec.trainer.tasks_per_step, spec.seed),
+        eval_tasks=eval_tasks,
+        events=EventLog(run_dir / "events.jsonl", keep_through=done),
+        sinks=sinks,
+        checkpoint=checkpoint,
+    )
+    try:
+        await engine.run(start_step=(done + 1) if state else 0)
+    finally:
+        engine.events.close()
+        for sink in sinks:
+            sink.close()
+        await backend.close()
+        await env.close()
+    return run_dir
+
+
+def run_spec(spec: ExperimentSpec) -> Path:
+    return asyncio.run(train(spec, new_run(spec)))
+
+
+def resume(run_dir: Path) -> Path:
+    spec, state = load_run(run_dir)
+    return asyncio.run(train(spec, run_dir, state))

@@ -1,0 +1,180 @@
+"""End to end on the real thing: SmolLM2-135M-Instruct, TextWorldExpress twc, the quickstart spec
+shrunk to two steps. Checks the run directory holds what it claims and that the deployment prompt
+carries no scaffold."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pats.backends.local.backend import LocalBackend
+from pats.engine.run import new_run, train
+from pats.logging.events import read_events
+from pats.spec import load_spec
+
+pytestmark = pytest.mark.slow
+
+TINY = [
+    "trainer.steps=2",
+    "trainer.tasks_per_step=2",
+    "environment.max_turns=4",
+    "eval.num_tasks=2",
+    "eval.every=2",
+    "logging.progress=false",
+    "logging.wandb=offline",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, repo):
+    root = tmp_path_factory.mktemp("runs")
+    spec = load_spec(repo / "experiments/quickstart.yaml", [*TINY, f"logging.root={root}"])
+    prompts: list[tuple[str, bool, str]] = []  # (episode id, view empty, decoded prompt)
+    original = LocalBackend._prompt_ids
+
+    def spy(self, ep, admissible):
+        ids = original(self, ep, admissible)
+        prompts.append((ep.id, ep.view.empty, self.policy.tokenizer.decode(ids)))
+        return ids
+
+    LocalBackend._prompt_ids = spy
+    try:
+        run_dir = asyncio.run(train(spec, new_run(spec)))
+    finally:
+        LocalBackend._prompt_ids = original
+    return run_dir, prompts
+
+
+def test_run_directory_holds_what_it_claims(run):
+    run_dir, _ = run
+    assert load_spec(run_dir / "spec.yaml").trainer.steps == 2
+    events = read_events(run_dir / "events.jsonl")
+    ends = [e for e in events if e["event"] == "step_end"]
+    assert [e["step"] for e in ends] == [0, 1]
+    cards = [e for e in events if e["event"] == "card"]
+    assert {c["card"]["type"] for c in cards} == {"outcome", "contrast", "failure", "utility"}
+    assert len([c for c in cards if c["card"]["type"] == "outcome"]) == 4  # 2 tasks x 2 steps
+    groups = [g for e in events if e["event"] == "groups" for g in e["groups"]]
+    assert len(groups) == 4 and all(len(g["rewards"]) == 4 for g in groups)
+    evals = [e for e in events if e["event"] == "eval"]
+    assert len(evals) == 1 and "eval/success" in evals[0]["metrics"]
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "train/success" in m] == [0, 1]
+    versions = sorted((run_dir / "scaffold" / "versions").glob("*.json"))
+    edits = [e for e in events if e["event"] == "edit"]
+    assert len(versions) == len({e["step"] for e in edits})  # one version per step that edited
+    latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] == 1 and (run_dir / "checkpoints" / "step_000001" / "policy" / "adapter").is_dir()
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+
+
+def test_deployment_prompt_has_no_scaffold(run):
+    run_dir, prompts = run
+    texts = [
+        e["edit"]["text"]
+        for e in read_events(run_dir / "events.jsonl", "edit")
+        if e["edit"]["op"] != "DELETE"
+    ]
+    assert texts, "the review added nothing to check against"
+    deployed = [p for rid, empty, p in prompts if rid.startswith("eval-") and empty]
+    assert len(deployed) >= 2
+    for prompt in deployed:
+        assert not any(t in prompt for t in texts)
+    guided = [p for rid, empty, p in prompts if not empty]
+    assert guided and any(any(t in p for t in texts) for p in guided), "scaffolded prompts should show it"
+
+
+def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):
+    from types import SimpleNamespace
+
+    from pats.backends.local.backend import Episode
+    from pats.envs.prompting import instructions, render_prompt
+    from pats.models import load_tokenizer
+    from pats.protocols import StepResult
+    from pats.types import EMPTY_VIEW, ScaffoldView, Task
+
+    spec = load_spec(repo / "experiments/quickstart.yaml")
+    tokenizer = load_tokenizer(spec.policy.model)
+
+    def chat(system, user):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    backend = LocalBackend(spec, make_env=None, policy=SimpleNamespace(chat_ids=chat))
+    state = StepResult(
+        observation="You are in the kitchen.",
+        admissible=("look around", "take apple"),
+        task_description="Tidy up the house.",
+    )
+    task = Task(id="t", type="twc", split="train", env="twx")
+    history = [("look around", "You see a fridge.")]
+    plain = render_prompt(
+        instructions("twx", "score"),
+        state.task_description,
+        history,
+        state.observation,
+        list(state.admissible),
+        spec.environment.history_window,
+    )
+    bare = Episode("e", task, EMPTY_VIEW, env=None, state=state, history=history)
+    assert backend._prompt_ids(bare, list(state.admissible)) == chat(plain.system, plain.user)
+    view = ScaffoldView(version="v1", text="Guidance: take apple first.", tokens=7)
+    guided = backend._prompt_ids(
+        Episode("e", task, view, env=None, state=state, history=history), list(state.admissible)
+    )
+    assert guided != chat(plain.system, plain.user) and "Guidance: take apple first." in guided
+
+
+def test_report_writes_plots(run):
+    run_dir, _ = run
+    proc = subprocess.run(
+        [sys.executable, "-m", "pats", "report", str(run_dir)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("success.png", "scaffold.png", "edits.png", "prompt_tokens.png", "summary.md"):
+        assert (run_dir / "report" / name).stat().st_size > 0
+    assert "| train/success |" in (run_dir / "report" / "summary.md").read_text()
+
+
+def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
+    """Free-text actions: parsed against the admissible ones, invalid ones kept as invalid turns,
+    and every turn with output becomes a TrainItem whose mask covers only the response."""
+    from pats.engine.run import make_env_factory
+    from pats.protocols import GroupPlan
+    from pats.types import EMPTY_VIEW
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["policy.action=generate", "policy.max_new_tokens=8", "environment.max_turns=2"],
+    )
+    make_env = make_env_factory(spec)
+    backend = LocalBackend(spec, make_env)
+    env = make_env()
+    task = env.tasks("train")[0]
+
+    async def go():
+        try:
+            groups = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
+            stored = {rid: list(items) for rid, items in backend.pending.items()}
+            return groups, stored
+        finally:
+            await backend.close()
+            await env.close()
+
+    groups, stored = asyncio.run(go())
+    rollouts = groups[0].rollouts
+    assert len(rollouts) == 2 and all(1 <= len(r.turns) <= 2 for r in rollouts)
+    for r in rollouts:
+        for turn in r.turns:
+            assert 0 < turn.response_tokens <= 8
+            assert turn.valid or turn.invalid_reason, "an invalid action must say why"
+        items = stored[r.id]
+        assert len(items) == len(r.turns)
+        item = backend._train_item(items[0], advantage=1.0, weight=0.5)
+        prompt, response = items[0]
+        assert item.input_ids == tuple(prompt) + tuple(response)
+        assert sum(item.loss_mask) == len(response) and item.loss_mask[: len(prompt)] == (0,) * len(prompt)
