@@ -178,3 +178,38 @@ def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
         prompt, response = items[0]
         assert item.input_ids == tuple(prompt) + tuple(response)
         assert sum(item.loss_mask) == len(response) and item.loss_mask[: len(prompt)] == (0,) * len(prompt)
+
+
+def test_eval_command_evaluates_the_latest_checkpoint(run):
+    from pats.engine.evaluate import evaluate_run
+
+    run_dir, _ = run
+    metrics = evaluate_run(run_dir, split="eval", num_tasks=1, with_scaffold=True)
+    assert metrics["eval/tasks"] == 1.0 and metrics["eval/checkpoint_step"] == 1.0
+    assert 0.0 <= metrics["eval/success"] <= 1.0 and "eval_with_scaffold/success" in metrics
+    saved = json.loads((run_dir / "report" / "eval_eval.json").read_text())
+    assert saved == metrics
+
+
+def test_resume_redoes_steps_after_the_checkpoint_without_duplicates(run, tmp_path):
+    import shutil
+
+    from pats.engine.run import resume
+
+    run_dir, _ = run
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    # Pretend the run died after step 0's checkpoint: latest.json still points at step 0.
+    step0 = json.loads((copy / "checkpoints" / "step_000000" / "state.json").read_text())
+    step0["path"] = str(copy / "checkpoints" / "step_000000")
+    (copy / "checkpoints" / "latest.json").write_text(json.dumps(step0))
+    versions_at_step0 = step0["scaffold_version"]
+    resume(copy)
+    events = read_events(copy / "events.jsonl")
+    assert [e["step"] for e in events if e["event"] == "step_end"] == [0, 1]
+    assert sorted({e["step"] for e in events if e["event"] == "card"}) == [0, 1]
+    metric_steps = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert metric_steps.count(0) == 1 and metric_steps.count(1) == 2  # step 1 + its evaluation
+    numbers = sorted(int(p.stem) for p in (copy / "scaffold" / "versions").glob("*.json"))
+    assert numbers == list(range(1, len(numbers) + 1)) and numbers[-1] >= versions_at_step0
+    assert json.loads((copy / "checkpoints" / "latest.json").read_text())["step"] == 1

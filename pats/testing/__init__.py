@@ -1,6 +1,14 @@
 """Test doubles for pats users: fakes that let an environment, judge or reviser be tested offline."""
 
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
+from pats.testing.llm import scripted_judge, scripted_reviser
 from pats.testing.openai_server import ScriptedOpenAIServer
 
-__all__ = ["FakeEnv", "ScriptedBackend", "ScriptedOpenAIServer", "improving_schedule"]
+__all__ = [
+    "FakeEnv",
+    "ScriptedBackend",
+    "ScriptedOpenAIServer",
+    "improving_schedule",
+    "scripted_judge",
+    "scripted_reviser",
+]
