@@ -59,6 +59,7 @@ def _convert_embedded(target: Path) -> None:
     end = tokenizer.convert_ids_to_tokens(model.config.eos_token_id)
     tokenizer.eos_token = end
     tokenizer.pad_token = end
+    tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: cleanup would strip real spaces
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:

@@ -46,7 +46,8 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
         tags = ctx.get("expected_tags", "")
         return f"unknown kind {_show(ctx.get('tag'))}; write one of: {tags.replace(chr(39), '')}"
     if kind == "union_tag_not_found":
-        return "missing its kind; add kind: with one of the kinds listed in docs/specs.md"
+        tag, tags = _union_tags(parent, path[-1] if path else None)
+        return f"missing its {tag}; add {tag}: with one of: {', '.join(tags)}"
     if kind == "missing":
         field = parent.model_fields.get(str(path[-1])) if parent else None
         what = f" ({field.description})" if field is not None and field.description else ""
@@ -108,6 +109,14 @@ def _yaml_path(root: type[BaseModel], loc: tuple) -> tuple[list, type[BaseModel]
     ):
         return path, parent
     return path, current if isinstance(current, type) and issubclass(current, BaseModel) else parent
+
+
+def _union_tags(parent: type[BaseModel] | None, key: Any) -> tuple[str, list[str]]:
+    """The tag key (`kind` or `backend`) of the union held by `parent.key`, and its tags."""
+    field = parent.model_fields.get(str(key)) if parent else None
+    choices = _model_choices(field.annotation) if field else {}
+    tag = "backend" if any("backend" in m.model_fields for m in choices.values()) else "kind"
+    return tag, list(choices) or ["(see docs/specs.md)"]
 
 
 def _unwrap(tp: Any) -> Any:

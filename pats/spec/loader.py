@@ -7,6 +7,12 @@ Merging is a plain deep merge of mappings, with one rule OmegaConf's merge lacks
 kind changes (`reviser: {kind: rules}` over a base with `kind: llm`), the section is replaced, not
 merged, so the old kind's keys do not linger. YAML is read with `yaml.safe_load` only: a spec is data
 and cannot construct Python objects.
+
+A spec is also treated as untrusted input: it must be UTF-8 text whose values are plain (text,
+numbers, booleans, null, lists, mappings; no dates or sets), aliases may not make it cyclic, deeper
+than `MAX_DEPTH` or larger than `MAX_NODES` once expanded, `defaults:` may pull in at most
+`MAX_FILES` files, and no resolved value may hold the value of an environment variable that looks
+like a secret (`${oc.env:OPENAI_API_KEY}` would copy the key into spec.yaml and the W&B config).
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from pydantic import ValidationError
 from pats.errors import SpecError, SpecIssue
 from pats.spec.issues import issues_from_validation
 from pats.spec.models import ExperimentSpec
+from pats.spec.untrusted import MAX_CHARS, MAX_DEPTH, check_shape, odd_values, resolved_size, secret_leaks
 
 TAG_KEYS = ("kind", "backend")  # keys whose change replaces a whole section
+MAX_FILES = 64  # files a spec may pull in through `defaults:`, counting repeats
+# `${a.b}`, `${.a}`, `${..a[0]}` and `${oc.select:a.b}`: references to other values of the spec.
+# Environment variables whose values must never end up in a spec (names like OPENAI_API_KEY, HF_TOKEN).
 
 
 class _Layer:
@@ -56,6 +66,9 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec
     for layer in layers:
         merged = _merge(merged, layer.data, (), origin, layer)
     resolved = _resolve(merged, str(path))
+    leaks = secret_leaks(resolved, ())
+    if leaks:  # before validation: its messages would quote the value
+        raise SpecError([_with_source(i, origin) for i in leaks], file=str(path))
     try:
         return ExperimentSpec.model_validate(resolved)
     except ValidationError as err:
@@ -81,8 +94,25 @@ def _tags_first(value: Any) -> Any:
 # -- files and `defaults:` ---------------------------------------------------------------------
 
 
-def _file_layers(path: Path, chain: tuple[Path, ...]) -> list[_Layer]:
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # e.g. a name too long for the file system
+        return False
+
+
+def _file_layers(path: Path, chain: tuple[Path, ...], count: list[int] | None = None) -> list[_Layer]:
     """The layers of `path`: its bases first (in the order listed), then the file itself."""
+    count = count if count is not None else [0]
+    count[0] += 1
+    if count[0] > MAX_FILES:
+        raise SpecError(
+            SpecIssue(
+                "defaults",
+                f"the defaults chain pulls in more than {MAX_FILES} files; list each base once",
+                str(path),
+            )
+        )
     resolved = path.resolve()
     if resolved in chain:
         cycle = " -> ".join(str(p) for p in (*chain, resolved))
@@ -102,7 +132,7 @@ def _file_layers(path: Path, chain: tuple[Path, ...]) -> list[_Layer]:
     layers: list[_Layer] = []
     for i, base in enumerate(bases):
         base_path = path.parent / base
-        if not base_path.is_file():
+        if not _is_file(base_path):
             raise SpecError(
                 SpecIssue(
                     f"defaults.{i}",
@@ -111,18 +141,33 @@ def _file_layers(path: Path, chain: tuple[Path, ...]) -> list[_Layer]:
                     str(path),
                 )
             )
-        layers.extend(_file_layers(base_path, (*chain, resolved)))
+        layers.extend(_file_layers(base_path, (*chain, resolved), count))
     layers.append(_Layer(str(path), data, lines))
     return layers
 
 
 def _read_yaml(path: Path) -> tuple[dict, dict[tuple, int]]:
-    if not path.is_file():
+    if not _is_file(path):
         raise SpecError(SpecIssue("", f"spec file not found: {path}"))
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SpecError(SpecIssue("", f"cannot read the file: {err.strerror}", str(path))) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise SpecError(
+            SpecIssue(
+                "",
+                f"not UTF-8 text (byte 0x{raw[err.start]:02x} on line {line}); save the file as UTF-8",
+                str(path),
+            )
+        ) from None
+    try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        check_shape(node, str(path))  # before anything walks the data: aliases can make it huge
+        data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
@@ -131,6 +176,10 @@ def _read_yaml(path: Path) -> tuple[dict, dict[tuple, int]]:
         ) from None
     except yaml.YAMLError as err:
         raise SpecError(SpecIssue("", f"cannot read YAML: {err}", str(path))) from None
+    except RecursionError:
+        raise SpecError(
+            SpecIssue("", f"nested more than {MAX_DEPTH} levels deep; a spec is a few levels deep", str(path))
+        ) from None
     if data is None:
         raise SpecError(
             SpecIssue(
@@ -146,7 +195,11 @@ def _read_yaml(path: Path) -> tuple[dict, dict[tuple, int]]:
                 str(path),
             )
         )
-    return data, _line_numbers(node)
+    lines = _line_numbers(node)
+    odd = odd_values(data, (), (), lines, str(path))
+    if odd:
+        raise SpecError(odd, file=str(path))
+    return data, lines
 
 
 def _line_numbers(node, prefix: tuple = ()) -> dict[tuple, int]:
@@ -167,16 +220,80 @@ def _line_numbers(node, prefix: tuple = ()) -> dict[tuple, int]:
 
 
 def _override_layer(overrides: Sequence[str]) -> _Layer:
-    bad = [o for o in overrides if "=" not in o or not o.split("=", 1)[0].strip()]
-    if bad:
-        raise SpecError(
-            [SpecIssue("", f"override '{o}' is not key=value; write e.g. trainer.steps=10") for o in bad]
-        )
+    """`a.b=c` overrides as one layer; later ones win, as in OmegaConf's dotlist.
+
+    Keys are split on dots here (OmegaConf's key grammar with brackets and escapes crashes on some
+    input, e.g. `[=`); each value is read as YAML by OmegaConf, so `1e-5` is a number."""
+    data: dict = {}
+    sources: dict[tuple, str] = {}
+    issues: list[SpecIssue] = []
+    for text in overrides:
+        key, value = text.split("=", 1) if "=" in text else ("", "")
+        parts = tuple(part.strip() for part in key.split("."))
+        if not key.strip():
+            issues.append(SpecIssue("", f"override '{text}' is not key=value; write e.g. trainer.steps=10"))
+            continue
+        if not all(parts):
+            issues.append(
+                SpecIssue(
+                    key,
+                    "the key has an empty part between dots; write dotted keys such as trainer.steps",
+                    _override_source(text),
+                )
+            )
+            continue
+        try:
+            parsed = _override_value(value, text, parts)
+        except SpecError as err:
+            issues.extend(err.issues)
+            continue
+        node = data
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = parsed
+        sources[parts] = text
+    if issues:
+        raise SpecError(issues)
+    return _Layer("override", data, overrides=sources)
+
+
+def _override_value(value: str, text: str, key: tuple) -> Any:
+    """One override's value read as YAML, the way OmegaConf reads a dotlist value."""
+    source = _override_source(text)
     try:
-        data = OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=False)
-    except OmegaConfBaseException as err:
-        raise SpecError(SpecIssue("", f"cannot parse overrides {list(overrides)}: {err}")) from None
-    return _Layer("override", data, overrides={tuple(o.split("=", 1)[0].split(".")): o for o in overrides})
+        check_shape(yaml.compose(value, Loader=yaml.SafeLoader), source)  # aliases, nesting
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist(["v=" + value]), resolve=False)["v"]
+    except SpecError as err:
+        raise SpecError([SpecIssue(".".join(key), i.message, i.source) for i in err.issues]) from None
+    except RecursionError:
+        raise SpecError(
+            SpecIssue(".".join(key), f"nested more than {MAX_DEPTH} levels deep", source)
+        ) from None
+    except (OmegaConfBaseException, yaml.YAMLError) as err:
+        raise SpecError(
+            SpecIssue(
+                ".".join(key),
+                f"cannot read the value ({_first_line(err)}); quote text in YAML and the shell, "
+                "e.g. name=\"'my run'\"",
+                source,
+            )
+        ) from None
+    odd = odd_values(parsed, key, key, {}, source)
+    if odd:
+        raise SpecError(odd)
+    return parsed
+
+
+def _override_source(text: str) -> str:
+    return f"override '{text if len(text) <= 80 else text[:77] + '...'}'"
+
+
+def _first_line(err: Exception) -> str:
+    """An error's message in one line (a YAML error's problem, without its position)."""
+    text = str(getattr(err, "problem", None) or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _merge(base: Any, over: Any, path: tuple, origin: dict, layer: _Layer) -> Any:
@@ -197,7 +314,24 @@ def _merge(base: Any, over: Any, path: tuple, origin: dict, layer: _Layer) -> An
 
 def _resolve(merged: dict, file: str) -> dict:
     try:
+        size = resolved_size(merged)
+    except SpecError as err:
+        raise SpecError(err.issues, file=file) from None
+    if size > MAX_CHARS:  # `a: ${b}${b}`, `b: ${c}${c}`, ...: doubles per level
+        raise SpecError(
+            SpecIssue(
+                "",
+                f"interpolations would expand the spec to more than {MAX_CHARS} characters; "
+                "a value that refers to others which refer to others again multiplies in size",
+            ),
+            file=file,
+        )
+    try:
         return OmegaConf.to_container(OmegaConf.create(merged), resolve=True)  # type: ignore[return-value]
+    except RecursionError:
+        raise SpecError(
+            SpecIssue("", "interpolations refer to values that refer on too deeply"), file=file
+        ) from None
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", "") or ""
         msg = str(err).splitlines()[0]
@@ -205,7 +339,11 @@ def _resolve(merged: dict, file: str) -> dict:
 
 
 def _with_source(issue: SpecIssue, origin: dict[tuple, _Layer]) -> SpecIssue:
-    parts = tuple(int(p) if p.isdigit() else p for p in issue.path.split(".")) if issue.path else ()
+    parts = (
+        tuple(int(p) if p.isascii() and p.isdigit() else p for p in issue.path.split("."))
+        if issue.path
+        else ()
+    )
     for n in range(len(parts), -1, -1):
         layer = origin.get(parts[:n])
         if layer is None:
@@ -213,7 +351,7 @@ def _with_source(issue: SpecIssue, origin: dict[tuple, _Layer]) -> SpecIssue:
         if layer.overrides:
             keys = tuple(map(str, parts))
             text = next((v for k, v in layer.overrides.items() if _prefix(k, keys) or _prefix(keys, k)), None)
-            return SpecIssue(issue.path, issue.message, f"override '{text}'" if text else "overrides")
+            return SpecIssue(issue.path, issue.message, _override_source(text) if text else "overrides")
         return SpecIssue(issue.path, issue.message, layer.where(parts[:n]))
     return issue
 

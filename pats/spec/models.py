@@ -89,7 +89,9 @@ class LLMSpec(SpecModel):
         None, description="Endpoint for self-hosted models, e.g. http://host:8000/v1."
     )
     api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key itself)."
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Name of the environment variable holding the API key (never the key itself).",
     )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(1024, ge=16)
