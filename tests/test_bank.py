@@ -10,16 +10,10 @@ import pytest
 
 from pats.errors import PatsError, PrerequisiteError
 from pats.scaffold import ScaffoldStore, load_bank
+from pats.spec.environments import ALFWORLD_TASK_TYPES
 from pats.types import AddEdit, Task
 
-ALFWORLD_TYPES = [
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-]
+ALFWORLD_TYPES = list(ALFWORLD_TASK_TYPES)
 
 
 def kinds(edits: list[AddEdit]) -> Counter:
