@@ -87,7 +87,7 @@ class RevisingScaffold(StaticScaffold):
         self.mode = spec.mode
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
-        self.removal = spec.removal and spec.mode == "pats"
+        self.removal = spec.removes
         self._faults_seen = 0  # LLM fault counters are cumulative; results report each step's share
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:

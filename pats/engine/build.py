@@ -29,7 +29,7 @@ def build_revisers(spec: ExperimentSpec):
     from pats.reviser import LLMReviser, RulesReviser
 
     sc = spec.scaffold
-    removal = sc.removal and sc.mode == "pats"
+    removal = sc.removes
     rules = RulesReviser(
         removal=removal, min_citations=sc.min_citations, mode_of_scaffold=sc.mode, budget=sc.budget
     )

@@ -72,6 +72,11 @@ class ScaffoldSpec(SpecModel):
     budget: ScaffoldBudget = Field(default_factory=ScaffoldBudget)
     min_citations: int = Field(2, ge=0, le=10, description="Distinct cards each edit must cite.")
 
+    @property
+    def removes(self) -> bool:
+        """Whether edits may delete or compress: only the full loop, and only with removal on."""
+        return self.mode == "pats" and self.removal
+
     @field_validator("cards")
     @classmethod
     def _no_repeats(cls, cards: tuple[str, ...]) -> tuple[str, ...]:
