@@ -36,6 +36,3 @@ class Registry(Generic[T]):
 
 
 ENVIRONMENTS: Registry[Callable] = Registry("environment")
-JUDGES: Registry[Callable] = Registry("judge")
-REVISERS: Registry[Callable] = Registry("reviser")
-BACKENDS: Registry[Callable] = Registry("policy backend")
