@@ -41,7 +41,12 @@ class StepResult(Record):
 
 @runtime_checkable
 class Env(Protocol):
-    """One episode at a time; a backend makes one instance per concurrent episode."""
+    """One episode at a time; a backend makes one instance per concurrent episode.
+
+    An environment whose actions are free text (a search query, an answer) sets a class attribute
+    `parses_output = True`: `step` then receives the policy's whole output and reports a malformed one
+    as an invalid step (valid=False, invalid_reason); the others receive one admissible action.
+    """
 
     def tasks(self, split: str) -> list[Task]: ...
 

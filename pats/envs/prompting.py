@@ -31,6 +31,24 @@ INSTRUCTIONS: dict[str, str] = {
         "that brings you closer to finishing the task. Only the admissible actions work; anything "
         "else wastes a turn."
     ),
+    "alfworld": (
+        "You are a household robot in a text-based simulation. Each turn you read what happened and "
+        "choose one action that brings you closer to finishing the task. Only the admissible actions "
+        "work; anything else wastes a turn."
+    ),
+    "webshop": (
+        "You are shopping on a web store for a customer. Each turn you see the current page and act "
+        "with search[your query] on a page with a search bar, or click[button] for a button or "
+        "product shown on the page. Buy the product that best matches the instruction: its type, "
+        "attributes, options and price limit. Reply with exactly one action, for example "
+        "search[red running shoes] or click[buy now], and nothing else."
+    ),
+    "search_qa": (
+        "Answer the question. You may search a knowledge base as often as you need: write "
+        "<search>your query</search> and the results come back between <information> and "
+        "</information>. When you know the answer, write <answer>the answer</answer>, a few words "
+        "only, and the episode ends."
+    ),
 }
 
 OUTPUT_FORMAT: dict[str, str] = {
@@ -40,6 +58,9 @@ OUTPUT_FORMAT: dict[str, str] = {
     ),
     "score": "Reply with exactly one admissible action, and nothing else.",
 }
+# Environments whose actions are free text (a query, an answer): their instructions state the format,
+# and the environment itself reads the policy's whole output (see `Env.parses_output`).
+OWN_FORMAT = frozenset({"webshop", "search_qa"})
 
 MAX_ACTION_CHARS = 200
 FUZZY_CUTOFF = 0.9  # difflib ratio needed to accept a near-miss of an admissible action
@@ -63,6 +84,8 @@ def instructions(env_kind: str, action_mode: Literal["generate", "score"]) -> st
         raise KeyError(
             f"no instructions for environment '{env_kind}'; known: {', '.join(INSTRUCTIONS)}"
         ) from None
+    if env_kind in OWN_FORMAT:
+        return text
     return f"{text}\n{OUTPUT_FORMAT[action_mode]}"
 
 

@@ -165,7 +165,10 @@ class LocalBackend:
         out = []
         for ep, prompt, response in zip(live, prompts, outputs, strict=True):
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
-            action, valid, reason = parse_action(text, list(ep.state.admissible) or None)
+            if getattr(ep.env, "parses_output", False):  # free-text actions: the env reads the output
+                action, valid, reason = text.strip(), True, ""
+            else:
+                action, valid, reason = parse_action(text, list(ep.state.admissible) or None)
             if response:
                 ep.items.append((prompt, response))
             out.append((action, text, valid, reason, len(prompt), len(response)))
