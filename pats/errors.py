@@ -66,3 +66,15 @@ class JudgeError(PatsError):
 
 class EnvironmentFault(PatsError):
     """An environment failed while playing an episode (e.g. its process died)."""
+
+
+class TrainingError(PatsError):
+    """Training cannot go on (non-finite updates k in a row, a full disk); the last checkpoint is intact."""
+
+
+class RunInterrupted(PatsError):
+    """A signal asked the run to stop: it stopped at a step boundary, checkpointed and resumable."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum  # the shell's convention for a process ended by a signal

@@ -103,15 +103,23 @@ class RevisingScaffold(StaticScaffold):
 
     async def review(self, step: int, groups: Sequence[RolloutGroup]) -> ReviewResult:
         start = time.perf_counter()
+        # One budget for the step's LLM work: the judge grades within it (an LLM judge drops its grades
+        # past it, see LLMJudge.budget_s) and each reviser call gets what is left, then rules answer.
+        deadline = time.monotonic() + self.spec.review_budget_s
+        over_before = getattr(self.judge, "over_budget", 0)
         cards = await asyncio.to_thread(self._cards, groups)  # tokenizer work, off the event loop
         entries = self.store.current.entries
         assessments = await self.judge.assess(step, groups, cards, entries)
-        outcomes = await asyncio.gather(*(self._revise_type(step, a, cards) for a in assessments))
+        over_budget = getattr(self.judge, "over_budget", 0) - over_before
+        outcomes = await asyncio.gather(
+            *(self._revise_type(step, a, cards, deadline) for a in assessments)
+        )
         edits: list[Edit] = []
         touched: set[str] = set()
         refused: list[str] = []
         fallback = False
-        for type_edits, type_refused, type_fallback in outcomes:
+        for type_edits, type_refused, type_fallback, type_over in outcomes:
+            over_budget += type_over
             for edit in type_edits:
                 target = getattr(edit, "entry_id", None)
                 if target is not None and target in touched:
@@ -129,34 +137,47 @@ class RevisingScaffold(StaticScaffold):
             refused=tuple(refused),
             fallback=fallback,
             llm_faults=self._new_faults(),
+            over_budget=over_budget,
             seconds=time.perf_counter() - start,
         )
 
     async def _revise_type(
-        self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard]
-    ) -> tuple[list[Edit], list[str], bool]:
+        self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard], deadline: float
+    ) -> tuple[list[Edit], list[str], bool, int]:
+        """(edits, refused-set notes, rules answered, calls cut by the budget) for one task type."""
         entries = self.store.entries_for_type(assessment.task_type)
         refused: list[str] = []
         feedback: list[str] = []
+        over = 0
         for attempt in range(2):
             try:
-                edits = await self.reviser.revise(step, assessment, cards, entries, feedback=feedback)
+                edits = await asyncio.wait_for(
+                    self.reviser.revise(step, assessment, cards, entries, feedback=feedback),
+                    max(0.0, deadline - time.monotonic()),
+                )
             except JudgeError as err:
                 refused.append(f"{assessment.task_type}: reviser failed: {err}")
                 break
+            except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11 on
+                over = 1
+                refused.append(
+                    f"{assessment.task_type}: reviser stopped at the step's review budget "
+                    f"(scaffold.review_budget_s={self.spec.review_budget_s:g})"
+                )
+                break
             errors = self._check(edits, assessment, entries, cards)
             if not errors:
-                return list(edits), refused, False
+                return list(edits), refused, False, over
             refused.append(f"{assessment.task_type} attempt {attempt + 1}: " + "; ".join(errors))
             feedback = errors
         if self.reviser is self.fallback:
-            return [], refused, False
+            return [], refused, False, over
         edits = await self.fallback.revise(step, assessment, cards, entries)
         errors = self._check(edits, assessment, entries, cards)
         if errors:
             refused.append(f"{assessment.task_type} fallback: " + "; ".join(errors))
-            return [], refused, True
-        return list(edits), refused, True
+            return [], refused, True, over
+        return list(edits), refused, True, over
 
     def _check(self, edits, assessment: Assessment, entries, cards) -> list[str]:
         errors = validate_edits(

@@ -198,4 +198,5 @@ class ReviewResult(Record):
     refused: tuple[str, ...] = ()  # validation errors of refused edit sets
     fallback: bool = False  # the LLM reviser failed and the rules reviser answered
     llm_faults: int = 0
+    over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0

@@ -21,7 +21,9 @@ def build_judge(spec: ExperimentSpec):
 
     if spec.judge.kind == "stats":
         return StatsJudge(spec.judge, spec.scaffold.budget)
-    return LLMJudge(spec.judge, spec.scaffold.budget, spec.environment.kind)
+    return LLMJudge(
+        spec.judge, spec.scaffold.budget, spec.environment.kind, budget_s=spec.scaffold.review_budget_s
+    )
 
 
 def build_revisers(spec: ExperimentSpec):

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, scaffold_metrics
 from pats.engine.sampler import TaskSampler
+from pats.errors import TrainingError
 from pats.logging.events import EventLog
 from pats.protocols import MetricSink, PolicyBackend
 from pats.review import NoScaffold
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, Task
+from pats.types import EMPTY_VIEW, RolloutGroup, Task
 
 
 @dataclass
@@ -31,8 +32,11 @@ class Engine:
     events: EventLog
     sinks: Sequence[MetricSink] = ()
     checkpoint: Callable[[int], None] | None = None  # called after a step's end is on disk
+    stop_requested: bool = False  # set by a signal handler: stop at the next step boundary
+    nonfinite_in_a_row: int = 0
 
-    async def run(self, start_step: int = 0) -> None:
+    async def run(self, start_step: int = 0) -> int | None:
+        """Train from `start_step`; returns the last finished step when a stop was requested early."""
         tr, probes = self.spec.trainer, self.spec.probe_count()
         if start_step == 0 and self.spec.eval.at_start:
             await self.evaluate(-1)
@@ -42,7 +46,9 @@ class Engine:
             groups = await self.backend.rollout(step, plans)
             t1 = time.perf_counter()
             review = asyncio.create_task(self._timed(self.scaffold.review(step, groups)))
-            stats = await self.backend.update(groups)
+            trained = trainable(groups, tr.on_env_fault)
+            stats = await self.backend.update(trained)
+            await self._check_update(step, stats, review)
             t2 = time.perf_counter()
             result, review_s, review_end = await review
             version = self.scaffold.apply(result, step)
@@ -57,13 +63,31 @@ class Engine:
                 "time/review_s": review_s,
                 "time/review_overlap_s": max(0.0, min(review_end, t2) - t1),
                 "time/step_s": t3 - t0,
+                "train/env_fault_groups_dropped": float(len(groups) - len(trained)),
             }
             self._log(step, groups, result, version, metrics)
             if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
                 await self.evaluate(step)
             self.events.end_step(step, metrics=metrics)
-            if self.checkpoint and ((step + 1) % tr.checkpoint_every == 0 or step + 1 == tr.steps):
+            due = (step + 1) % tr.checkpoint_every == 0 or step + 1 == tr.steps
+            if self.checkpoint and (due or self.stop_requested):
                 self.checkpoint(step)
+            if self.stop_requested and step + 1 < tr.steps:
+                return step
+        return None
+
+    async def _check_update(self, step: int, stats: dict[str, float], review: asyncio.Task) -> None:
+        """Count updates skipped for a NaN/inf loss or gradient; stop after k in a row."""
+        skipped = stats.get("policy/nonfinite", 0.0) > 0 and stats.get("policy/steps", 1.0) == 0
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
+        if self.nonfinite_in_a_row >= self.spec.trainer.max_nonfinite_updates:
+            await asyncio.gather(review, return_exceptions=True)  # bounded by the review budget
+            raise TrainingError(
+                f"step {step}: {self.nonfinite_in_a_row} updates in a row had a NaN/inf loss or gradient "
+                "and were skipped, so the run stopped (its last checkpoint is intact). Try a lower "
+                "trainer.lr or trainer.max_grad_norm, trainer.autocast_bf16=false, or check the "
+                "rewards for NaN; then `pats run --resume` the run directory"
+            )
 
     async def _timed(self, review):
         start = time.perf_counter()
@@ -114,3 +138,11 @@ class Engine:
             ev.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
         for sink in self.sinks:
             sink.log(step, metrics)
+
+
+def trainable(groups: Sequence[RolloutGroup], on_env_fault: str) -> list[RolloutGroup]:
+    """The groups the update sees: with `drop`, none whose environment failed during a rollout (its
+    reward says nothing about the policy); the review sees every group either way."""
+    if on_env_fault == "train":
+        return list(groups)
+    return [g for g in groups if not any(r.error for r in g.rollouts)]

@@ -13,16 +13,19 @@ A run directory (`<logging.root>/<name>/`) holds:
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 from pats.engine.build import build_scaffold_policy
 from pats.engine.loop import Engine
 from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler
-from pats.errors import PrerequisiteError, SpecError
+from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
 from pats.logging.events import EventLog
 from pats.logging.sinks import JsonlSink, WandbSink
@@ -141,15 +144,81 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
         sinks=sinks,
         checkpoint=checkpoint,
     )
+    received = _stop_on_signals(engine)
     try:
-        await engine.run(start_step=(done + 1) if state else 0)
+        stopped = await engine.run(start_step=(done + 1) if state else 0)
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        raise RunInterrupted(
+            f"stopped at once on a second signal; the step in flight is lost. {_resume_hint(run_dir)}",
+            received[-1],
+        ) from None
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise TrainingError(
+            f"the disk is full ({err}); the run stopped. {_resume_hint(run_dir)} once there is space"
+        ) from err
     finally:
+        _restore_signals()
         engine.events.close()
         for sink in sinks:
             sink.close()
         await backend.close()
         await env.close()
+    if stopped is not None:
+        raise RunInterrupted(
+            f"stopped at your request after step {stopped} (checkpointed). {_resume_hint(run_dir)}",
+            received[-1] if received else signal.SIGINT,
+        )
     return run_dir
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_on_signals(engine: Engine) -> list[int]:
+    """SIGINT/SIGTERM: finish the step in flight, checkpoint it, stop. A second one stops at once
+    (the step in flight is lost; the last checkpoint is intact). Returns the signals received."""
+    received: list[int] = []
+    loop, main = asyncio.get_running_loop(), asyncio.current_task()
+
+    def handle(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            main.cancel()
+            return
+        engine.stop_requested = True
+        print(
+            f"\n{signal.Signals(signum).name}: stopping after the step in flight (it is checkpointed); "
+            "send it again to stop at once",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, handle, sig)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        pass
+    return received
+
+
+def _restore_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        try:
+            loop.remove_signal_handler(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+
+def _resume_hint(run_dir: Path) -> str:
+    latest = run_dir / "checkpoints" / "latest.json"
+    step = json.loads(latest.read_text())["step"] if latest.is_file() else None
+    where = f"its last checkpoint is step {step}" if step is not None else "it has no checkpoint yet"
+    return f"The run directory is intact ({where}): continue with `pats run --resume {run_dir}`"
 
 
 def run_spec(spec: ExperimentSpec) -> Path:

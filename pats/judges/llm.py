@@ -159,6 +159,7 @@ class LLMJudge:
         lm: Any = None,
         stats: Judge | None = None,
         rubric: Rubric | None = None,
+        budget_s: float | None = None,
     ):
         if stats is None:
             from pats.judges.stats import StatsJudge
@@ -168,6 +169,8 @@ class LLMJudge:
         self.rubric = rubric if rubric is not None else load_rubric(spec.rubric, environment)
         self.caller = LLMCaller(spec.llm, lm)
         self.program = grade_program(self.rubric)
+        self.budget_s = budget_s  # seconds per step for all grading calls (None: no limit)
+        self.over_budget = 0  # steps whose grading was cut off by the budget
 
     @property
     def faults(self):
@@ -191,7 +194,11 @@ class LLMJudge:
             t = assessment.task_type
             type_cards = [c for c in cards if c.task_type == t]
             graded.append(self._grade(assessment, type_cards, type_entries(entries, t, task_ids.get(t, ()))))
-        return list(await asyncio.gather(*graded))
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*graded), self.budget_s))
+        except asyncio.TimeoutError:  # past the step's budget: the modes stand, the grades are left out
+            self.over_budget += 1
+            return assessments
 
     async def _grade(
         self, assessment: Assessment, cards: Sequence[EvidenceCard], entries: Sequence[ScaffoldEntry]

@@ -71,6 +71,12 @@ class ScaffoldSpec(SpecModel):
     initial_bank: str | None = Field(None, description="Scaffold bank to start from (pats or SkillRL JSON).")
     budget: ScaffoldBudget = Field(default_factory=ScaffoldBudget)
     min_citations: int = Field(2, ge=0, le=10, description="Distinct cards each edit must cite.")
+    review_budget_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds the LLM judge and reviser may take per step, retries included; past it the "
+        "judge's grades are left out and the rules reviser answers, so training never waits longer.",
+    )
 
     @property
     def removes(self) -> bool:
@@ -176,6 +182,17 @@ class _TrainerCommon(SpecModel):
     kl_coef: float = Field(0.0, ge=0.0, description="KL to the reference policy; 0 disables it.")
     normalize_advantage_std: bool = Field(True, description="Divide group advantages by their std.")
     checkpoint_every: int = Field(10, ge=1)
+    max_nonfinite_updates: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Stop the run after this many updates in a row skipped for a NaN/inf loss or gradient.",
+    )
+    on_env_fault: Literal["drop", "train"] = Field(
+        "drop",
+        description="A group with a rollout whose environment failed: drop it from the update, or train "
+        "on it anyway (the failed episode counts as it ended). The review sees it either way.",
+    )
 
 
 class LocalTrainerSpec(_TrainerCommon):

@@ -1,0 +1,263 @@
+"""Faults a long run must survive without losing finished work: a stop signal, a full disk, NaN
+updates, environments that fail mid-episode, and an LLM that answers too slowly for the step.
+
+These use the scripted backend and fake environment (fast, no model); tests/test_kill_resume.py kills
+a real run with SIGKILL and kills a real TextWorldExpress JVM mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from pats.engine import run as run_module
+from pats.engine.build import build_scaffold_policy
+from pats.engine.loop import Engine, trainable
+from pats.engine.run import new_run, resume, train
+from pats.engine.sampler import TaskSampler
+from pats.errors import RunInterrupted, TrainingError
+from pats.logging.events import EventLog, read_events
+from pats.spec.models import ExperimentSpec
+from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+
+
+def make_spec(root, **trainer) -> ExperimentSpec:
+    return ExperimentSpec.model_validate(
+        {
+            "name": "reliability",
+            "environment": {"kind": "twx"},
+            "scaffold": {"mode": "pats"},
+            "trainer": {"steps": 4, "tasks_per_step": 2, "group_size": 4, "checkpoint_every": 1, **trainer},
+            "eval": {"every": 100, "at_start": False, "with_scaffold": False, "num_tasks": 2},
+            "logging": {"root": str(root), "wandb": "disabled", "progress": False},
+        }
+    )
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """`train` with FakeEnv and a ScriptedBackend (built by `make`) in place of the real ones."""
+    backends: list[ScriptedBackend] = []
+
+    def use(make=lambda: ScriptedBackend(improving_schedule(), seed=3)):
+        monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))
+
+        def make_backend(spec, make_env):
+            backends.append(make())
+            backends[-1].close = _no_close
+            return backends[-1]
+
+        monkeypatch.setattr(run_module, "make_backend", make_backend)
+        return backends
+
+    return use
+
+
+async def _no_close() -> None:
+    return None
+
+
+def steps_logged(run_dir) -> list[int]:
+    return [e["step"] for e in read_events(run_dir / "events.jsonl", "step_end")]
+
+
+def latest_step(run_dir) -> int:
+    return json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+
+
+class SignalAtStep(ScriptedBackend):
+    """Sends this process `signum` `times` times while rolling out step `at`."""
+
+    def __init__(self, at: int, signum: int, times: int = 1):
+        super().__init__(improving_schedule(), seed=3)
+        self.at, self.signum, self.times = at, signum, times
+
+    async def rollout(self, step, plans):
+        if step == self.at:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
+                await asyncio.sleep(0.05)  # let the loop run the handler while the step is in flight
+        return await super().rollout(step, plans)
+
+
+def test_sigterm_finishes_the_step_checkpoints_and_resumes_without_gaps(tmp_path, fake_run):
+    fake_run(lambda: SignalAtStep(at=1, signum=signal.SIGTERM))
+    spec = make_spec(tmp_path, checkpoint_every=10)  # the stop must checkpoint on its own
+    run_dir = new_run(spec)
+    with pytest.raises(RunInterrupted) as info:
+        asyncio.run(train(spec, run_dir))
+    assert info.value.exit_code == 128 + signal.SIGTERM
+    assert "after step 1" in str(info.value) and f"pats run --resume {run_dir}" in str(info.value)
+    assert steps_logged(run_dir) == [0, 1] and latest_step(run_dir) == 1
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler must be removed again"
+
+    fake_run()
+    resume(run_dir)
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+
+
+def test_a_second_sigint_stops_at_once_and_loses_only_the_step_in_flight(tmp_path, fake_run):
+    fake_run(lambda: SignalAtStep(at=2, signum=signal.SIGINT, times=2))
+    spec = make_spec(tmp_path)
+    run_dir = new_run(spec)
+    with pytest.raises(RunInterrupted) as info:
+        asyncio.run(train(spec, run_dir))
+    assert "second signal" in str(info.value) and info.value.exit_code == 128 + signal.SIGINT
+    assert latest_step(run_dir) == 1
+    fake_run()
+    resume(run_dir)
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+
+
+class FullDisk(ScriptedBackend):
+    def save(self, directory):
+        if self.updates >= 3:  # the checkpoint of step 2
+            raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+        super().save(directory)
+
+
+def test_a_full_disk_stops_cleanly_with_the_last_checkpoint_intact(tmp_path, fake_run):
+    fake_run(lambda: FullDisk(improving_schedule(), seed=3))
+    spec = make_spec(tmp_path)
+    run_dir = new_run(spec)
+    with pytest.raises(TrainingError) as info:
+        asyncio.run(train(spec, run_dir))
+    message = str(info.value)
+    assert "disk is full" in message and "last checkpoint is step 1" in message
+    assert latest_step(run_dir) == 1 and (run_dir / "checkpoints" / "step_000001" / "state.json").is_file()
+    fake_run()
+    resume(run_dir)
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+
+
+class Nonfinite(ScriptedBackend):
+    """Update outcomes in order: True = skipped for NaN/inf, False = a normal update."""
+
+    def __init__(self, pattern):
+        super().__init__(improving_schedule(), seed=3)
+        self.pattern = list(pattern)
+
+    async def update(self, groups):
+        await super().update(groups)
+        bad = self.pattern.pop(0)
+        return {"policy/nonfinite": float(bad), "policy/steps": 0.0 if bad else 1.0}
+
+
+def engine_for(tmp_path, count_tokens, backend, **trainer) -> Engine:
+    spec = make_spec(tmp_path, **trainer)
+    env = FakeEnv(num_tasks=4)
+    return Engine(
+        spec=spec,
+        backend=backend,
+        scaffold=build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan),
+        sampler=TaskSampler(env.tasks("train"), 2, spec.seed),
+        eval_tasks=env.tasks("eval")[:2],
+        events=EventLog(tmp_path / "events.jsonl"),
+    )
+
+
+def test_nonfinite_updates_stop_the_run_only_when_k_come_in_a_row(tmp_path, count_tokens):
+    ok = engine_for(tmp_path / "a", count_tokens, Nonfinite([True, False, True, False]), max_nonfinite_updates=2)
+    asyncio.run(ok.run())
+    assert [e["step"] for e in read_events(tmp_path / "a" / "events.jsonl", "step_end")] == [0, 1, 2, 3]
+
+    bad = engine_for(tmp_path / "b", count_tokens, Nonfinite([False, True, True, False]), max_nonfinite_updates=2)
+    with pytest.raises(TrainingError, match="2 updates in a row.*trainer.lr"):
+        asyncio.run(bad.run())
+    bad.events.close()
+    # Step 2 was never finished: nothing of it is in the log, so a resume redoes it.
+    assert [e["step"] for e in read_events(tmp_path / "b" / "events.jsonl", "step_end")] == [0, 1]
+
+
+class EnvFaults(ScriptedBackend):
+    """The first rollout of every group on task 0 ends with an environment fault."""
+
+    def __init__(self):
+        super().__init__(improving_schedule(), seed=3)
+        self.trained: list[list[str]] = []
+
+    def _play(self, rid, task, view, scaffolded):
+        rollout = super()._play(rid, task, view, scaffolded)
+        if rid.endswith("-0") and task.id == self._faulty:
+            return rollout.model_copy(update={"error": "environment died: JVM gone"})
+        return rollout
+
+    async def rollout(self, step, plans):
+        self._faulty = plans[0].task.id
+        return await super().rollout(step, plans)
+
+    async def update(self, groups):
+        self.trained.append([g.task.id for g in groups])
+        return await super().update(groups)
+
+
+@pytest.mark.parametrize("rule", ["drop", "train"])
+def test_groups_with_an_environment_fault_follow_the_spec_rule(tmp_path, count_tokens, rule):
+    backend = EnvFaults()
+    engine = engine_for(tmp_path, count_tokens, backend, on_env_fault=rule, steps=2)
+    asyncio.run(engine.run())
+    engine.events.close()
+    ends = read_events(tmp_path / "events.jsonl", "step_end")
+    dropped = [e["metrics"]["train/env_fault_groups_dropped"] for e in ends]
+    assert [len(t) for t in backend.trained] == ([1, 1] if rule == "drop" else [2, 2])
+    assert dropped == ([1.0, 1.0] if rule == "drop" else [0.0, 0.0])
+    assert all(e["metrics"]["train/errors"] == 1.0 for e in ends)  # the review still sees them
+
+
+def test_trainable_keeps_groups_without_errors(tmp_path):
+    from pats.types import Rollout, RolloutGroup, Task
+
+    task = Task(id="t", type="x", split="train", env="fake")
+    clean = Rollout(
+        id="a", task_id="t", scaffolded=True, scaffold_version="", turns=(), reward=1.0, success=True
+    )
+    broken = clean.model_copy(update={"id": "b", "error": "reset failed"})
+    good = RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, clean))
+    bad = RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, broken))
+    assert trainable([good, bad], "drop") == [good]
+    assert trainable([good, bad], "train") == [good, bad]
+
+
+def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens, monkeypatch):
+    """The server answers each request after 3 s (under the 5 s client timeout): with a 1 s review
+    budget the rules reviser answers instead and the cut is counted; the step does not wait."""
+    monkeypatch.setenv("PATS_TEST_KEY", "sk-test")
+    env = FakeEnv(num_tasks=4)
+    with ScriptedOpenAIServer([{"delay": 3.0, "text": "[]"}] * 20) as server:
+        spec = ExperimentSpec.model_validate(
+            {
+                "name": "budget",
+                "environment": {"kind": "twx"},
+                "scaffold": {"mode": "pats", "review_budget_s": 1.0},
+                "reviser": {
+                    "kind": "llm",
+                    "llm": {
+                        "model": "openai/scripted",
+                        "api_base": server.base_url,
+                        "api_key_env": "PATS_TEST_KEY",
+                        "timeout_s": 5.0,
+                        "max_retries": 0,
+                    },
+                },
+                "trainer": {"steps": 1, "tasks_per_step": 2, "group_size": 4},
+                "eval": {"every": 10, "at_start": False, "with_scaffold": False},
+            }
+        )
+        scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+        groups = asyncio.run(
+            ScriptedBackend(improving_schedule(), seed=1).rollout(
+                0, scaffold.plan(env.tasks("train")[:2], 4, spec.probe_count())
+            )
+        )
+        started = time.monotonic()
+        result = asyncio.run(scaffold.review(0, groups))
+        took = time.monotonic() - started
+    assert took < 2.5, f"the review took {took:.1f}s against a 1 s budget"
+    assert result.over_budget >= 1 and result.fallback
+    assert any("review budget" in note for note in result.refused)
+    assert result.edits, "the rules reviser should have answered within the step"
