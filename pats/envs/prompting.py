@@ -38,16 +38,19 @@ INSTRUCTIONS: dict[str, str] = {
     ),
     "webshop": (
         "You are shopping on a web store for a customer. Each turn you see the current page and act "
-        "with search[your query] on a page with a search bar, or click[button] for a button or "
-        "product shown on the page. Buy the product that best matches the instruction: its type, "
-        "attributes, options and price limit. Reply with exactly one action, for example "
-        "search[red running shoes] or click[buy now], and nothing else."
+        "with search[your query] on a page with a search bar, or click[text] for a button, a product "
+        "id or an option value shown on the page; options such as size or colour are chosen by "
+        "clicking them on the product page. Clicking buy now ends the episode: the purchase is scored "
+        "on the product's type, attributes, chosen options and price against the instruction. Reply "
+        "with exactly one action, for example search[red running shoes] or click[buy now], and "
+        "nothing else."
     ),
     "search_qa": (
         "Answer the question. You may search a knowledge base as often as you need: write "
-        "<search>your query</search> and the results come back between <information> and "
-        "</information>. When you know the answer, write <answer>the answer</answer>, a few words "
-        "only, and the episode ends."
+        "<search>your query</search> and the top results come back between <information> and "
+        "</information>. Each reply is read up to its first <search> or <answer> tag, so search "
+        "once per reply. When you know the answer, write it inside <answer> and </answer>, the "
+        "answer only, for example <answer>Beijing</answer>; the episode then ends."
     ),
 }
 

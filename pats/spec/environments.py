@@ -70,25 +70,46 @@ class WebshopEnvSpec(_EnvCommon):
 
     kind: Literal["webshop"] = "webshop"
     catalog: str | None = Field(
-        None, description="WebShop items_shuffle*.json; unset uses the small built-in catalog."
+        None,
+        description="WebShop's items_shuffle*.json (products); unset (with instructions unset) uses the "
+        "small built-in catalog.",
     )
-    instructions: str | None = Field(None, description="WebShop items_human_ins.json (goals).")
+    attributes: str | None = Field(
+        None,
+        description="WebShop's items_ins_v2*.json (each product's attribute list, which the reward "
+        "matches); unset: attributes count only where they occur in a product's texts.",
+    )
+    instructions: str | None = Field(
+        None, description="WebShop's items_human_ins.json (the goals); set together with catalog."
+    )
     search_results: int = Field(10, ge=1, le=50, description="Products shown per results page.")
     max_turns: int = Field(15, ge=1, le=200)
 
 
 class Bm25RetrieverSpec(SpecModel):
+    """bm25s over a JSONL corpus, indexed in memory once per corpus file and process."""
+
     kind: Literal["bm25"] = "bm25"
-    corpus: str = Field(description="JSONL corpus with one passage per line ({id, contents}).")
-    top_k: int = Field(3, ge=1, le=50)
+    corpus: str = Field(
+        description='JSONL corpus with one passage per line ({"id", "contents"}; the first line of '
+        "contents is the title, as in Search-R1's wiki-18)."
+    )
+    top_k: int = Field(3, ge=1, le=50, description="Passages returned per search.")
 
 
 class HttpRetrieverSpec(SpecModel):
+    """A client of Search-R1's retrieval server (search_r1/search/retrieval_server.py)."""
+
     kind: Literal["http"] = "http"
     url: str = Field(description="Search-R1 retrieval server, e.g. http://127.0.0.1:8000/retrieve.")
-    top_k: int = Field(3, ge=1, le=50)
-    timeout_s: float = Field(10.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=20)
+    top_k: int = Field(3, ge=1, le=50, description="Passages returned per search.")
+    timeout_s: float = Field(10.0, gt=0, description="Seconds to wait to connect and for each read.")
+    max_retries: int = Field(
+        3, ge=0, le=20, description="Retries after a connection error, timeout or HTTP 408/429/5xx."
+    )
+    backoff_s: float = Field(
+        0.5, ge=0, le=60, description="Wait before the first retry; it doubles with each further retry."
+    )
 
 
 RetrieverSpec = Annotated[Bm25RetrieverSpec | HttpRetrieverSpec, Field(discriminator="kind")]
@@ -98,10 +119,26 @@ class SearchQaEnvSpec(_EnvCommon):
     """Search-R1 protocol: <search>, <information>, <answer>; exact-match reward."""
 
     kind: Literal["search_qa"] = "search_qa"
-    train_data: tuple[str, ...] = Field(description="JSONL/parquet files of questions with golden answers.")
-    eval_data: tuple[str, ...] = Field(description="Held-out question files.")
+    train_data: tuple[str, ...] = Field(
+        min_length=1,
+        description="JSONL, JSON or parquet files of questions with golden answers (question + "
+        "golden_answers/answer/answers/possible_answers, or Search-R1's extra_info/reward_model).",
+    )
+    eval_data: tuple[str, ...] = Field(min_length=1, description="Held-out question files.")
     retriever: RetrieverSpec
+    reward: Literal["em", "f1"] = Field(
+        "em",
+        description="Reward of the answer: em, exact match 0/1 (Search-R1's); f1, token F1. Success is "
+        "exact match either way.",
+    )
     max_turns: int = Field(4, ge=1, le=50)
+    history_window: int = Field(
+        3,
+        ge=0,
+        le=50,
+        description="Past action/observation pairs in the prompt; 3 shows every earlier search of a "
+        "4-turn episode, as Search-R1 keeps the whole trajectory in context.",
+    )
 
 
 EnvironmentSpec = Annotated[
