@@ -19,6 +19,7 @@ INVALID = [
     {"op": "ADD", "kind": "skill", "scope": "general", "text": "Be careful.", "cites": ["c-nope", "c-gone"]}
 ]
 WIRE_INVALID = f"[[ ## edits ## ]]\n{json.dumps(INVALID)}\n\n[[ ## completed ## ]]"
+WIRE_WRONG_SCHEMA = '[[ ## edits ## ]]\n{"op": "ADD", "scope": 7}\n\n[[ ## completed ## ]]'
 
 
 def spec_for(base_url: str) -> ExperimentSpec:
@@ -46,7 +47,14 @@ def spec_for(base_url: str) -> ExperimentSpec:
 
 def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monkeypatch):
     monkeypatch.setenv("PATS_TEST_KEY", "sk-test-PLANTED")
-    script = [{"status": 429, "retry_after": 0.05}, {"delay": 3.0}, {"malformed": True}] + [WIRE_INVALID] * 60
+    script = [
+        {"status": 429, "retry_after": 0.05},
+        {"delay": 3.0},
+        {"malformed": True},
+        {"status": 503},
+        {"truncated": True},
+        WIRE_WRONG_SCHEMA,
+    ] + [WIRE_INVALID] * 60
     env = FakeEnv(num_tasks=4)
     with ScriptedOpenAIServer(script) as server:
         spec = spec_for(server.base_url)
@@ -68,8 +76,10 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
     ends = read_events(log, "step_end")
     assert [e["step"] for e in ends] == [0, 1, 2], "a failing reviser must not cost a training step"
     faults = sum(e["metrics"]["review/llm_faults"] for e in ends)
-    assert faults >= 3  # the 429, the timeout and the malformed body were each counted
-    assert scaffold.reviser.faults["rate_limit"] == 1 and scaffold.reviser.faults["timeout"] >= 1
+    assert faults >= 6  # 429, timeout, non-JSON body, 503, truncated body, wrong schema: each counted
+    kinds = scaffold.reviser.faults
+    assert kinds["rate_limit"] == 1 and kinds["timeout"] >= 1 and kinds["server_error"] >= 1
+    assert kinds["malformed"] >= 1, dict(kinds)
     refused = [e["problem"] for e in read_events(log, "refused")]
     assert any("attempt 1" in p for p in refused) and any("attempt 2" in p for p in refused)
     assert any("c-nope" in p for p in refused)
@@ -78,3 +88,29 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
     assert adds and all("Be careful." not in e["edit"]["text"] for e in adds)
     assert requests >= 6
     assert "sk-test-PLANTED" not in log.read_text()
+
+
+def test_a_reviser_endpoint_that_refuses_connections_costs_no_step(tmp_path, count_tokens, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("PATS_TEST_KEY", "sk-test")
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    spec = spec_for(f"http://127.0.0.1:{port}/v1")
+    env = FakeEnv(num_tasks=4)
+    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+    engine = Engine(
+        spec=spec,
+        backend=ScriptedBackend(improving_schedule(), seed=5),
+        scaffold=scaffold,
+        sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
+        eval_tasks=env.tasks("eval"),
+        events=EventLog(tmp_path / "events.jsonl"),
+    )
+    asyncio.run(engine.run())
+    engine.events.close()
+    ends = read_events(tmp_path / "events.jsonl", "step_end")
+    assert [e["step"] for e in ends] == [0, 1, 2]
+    assert scaffold.reviser.faults["connection"] >= 3
+    assert all(e["metrics"]["review/fallback"] == 1.0 for e in ends)
