@@ -191,3 +191,16 @@ def test_cli_exit_code_2_and_no_traceback(write):
     assert (
         "trainer.stpes: unknown key" in proc.stderr and "trainer.group_size: 1 is out of range" in proc.stderr
     )
+
+
+@pytest.mark.parametrize("kind", ["webshop", "search_qa"])
+def test_free_text_environments_refuse_score_mode(write, kind):
+    env = (
+        "{kind: webshop}"
+        if kind == "webshop"
+        else (
+            "{kind: search_qa, train_data: [a.jsonl], eval_data: [b.jsonl], retriever: {kind: bm25, corpus: c.jsonl}}"
+        )
+    )
+    issue = one(write("s.yaml", f"name: x\nenvironment: {env}\npolicy: {{action: score}}\n"))
+    assert issue.path == "policy.action" and "use action: generate" in issue.message

@@ -25,6 +25,12 @@ class LoraSpec(SpecModel):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    top_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Adapters on the top N decoder layers only: the backward pass stops below them "
+        "(a faster update, less capacity). Unset: every layer.",
+    )
 
 
 class PolicySpec(SpecModel):
@@ -328,8 +334,14 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     if spec.environment.kind == "search_qa" and "expert" in sc.cards:
         out.append(("scaffold.cards", "search_qa has no expert plan; remove expert from scaffold.cards"))
-    if spec.policy.action == "score" and spec.environment.kind == "search_qa":
-        out.append(("policy.action", "search_qa has no admissible actions to score; use action: generate"))
+    if spec.policy.action == "score" and spec.environment.kind in ("search_qa", "webshop"):
+        out.append(
+            (
+                "policy.action",
+                f"{spec.environment.kind} actions are free text (queries, answers) that cannot be "
+                "listed and scored; use action: generate",
+            )
+        )
     if spec.policy.action == "score" and tr.backend == "verl":
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
     return out
