@@ -136,6 +136,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from pats.backends.verl.launch import export_verl
+    from pats.spec import load_spec
+
+    paths, overrides = _split_args(args.items)
+    if len(paths) != 2:
+        raise SpecError(
+            f"`pats export verl` takes a spec file, an output folder and overrides, got {paths}; "
+            "e.g. pats export verl experiments/alfworld/pats.yaml out/alfworld"
+        )
+    spec = load_spec(paths[0], overrides)
+    if spec.trainer.backend != "verl":
+        raise SpecError(
+            "`pats export verl` needs trainer.backend: verl (add the override trainer.backend=verl)"
+        )
+    out = Path(paths[1])
+    script = export_verl(spec, out, data=not args.no_data)
+    print(
+        f"wrote {out}/ (spec.yaml, agent_loops.yaml, launch.sh{'' if args.no_data else ', train/val.parquet'})"
+    )
+    print(f"run it on a GPU node or a Ray head node: bash {script}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pats",
@@ -196,6 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, help="number of tasks (default: the spec's eval size)")
     p.add_argument("--with-scaffold", action="store_true", help="also evaluate with the final scaffold")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "export",
+        help="write a spec as a verl run for a GPU cluster (parquet tasks, agent loops, launch script)",
+        description="pats export verl SPEC OUT/ [KEY=VALUE ...]: write OUT/train.parquet, val.parquet, "
+        "agent_loops.yaml, spec.yaml and launch.sh (python3 -m verl.trainer.main_ppo with every Hydra "
+        "override). See docs/verl.md for one node and Ray clusters.",
+    )
+    p.add_argument("target", choices=["verl"], help="what to export for (verl)")
+    p.add_argument(
+        "items", nargs="+", metavar="SPEC|OUT|KEY=VALUE", help="spec file, output folder, overrides"
+    )
+    p.add_argument("--no-data", action="store_true", help="skip the parquet files (no task lists needed)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "schema",

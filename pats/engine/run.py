@@ -70,8 +70,8 @@ def make_env_factory(spec: ExperimentSpec):
 def make_backend(spec: ExperimentSpec, make_env):
     if spec.trainer.backend == "verl":
         raise PrerequisiteError(
-            "trainer.backend: verl is not available in this version of pats yet; "
-            "use trainer.backend: local (CPU or one GPU)"
+            "trainer.backend: verl trains through verl's own trainer, not the pats engine; "
+            "`pats run SPEC` launches it (see docs/verl.md)"
         )
     from pats.backends.local.backend import LocalBackend
 
@@ -222,9 +222,17 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def run_spec(spec: ExperimentSpec) -> Path:
+    if spec.trainer.backend == "verl":
+        from pats.backends.verl.launch import run_verl
+
+        return run_verl(spec, new_run(spec))
     return asyncio.run(train(spec, new_run(spec)))
 
 
 def resume(run_dir: Path) -> Path:
     spec, state = load_run(run_dir)
+    if spec.trainer.backend == "verl":  # verl resumes from <run_dir>/checkpoints (resume_mode=auto)
+        from pats.backends.verl.launch import run_verl
+
+        return run_verl(spec, run_dir)
     return asyncio.run(train(spec, run_dir, state))

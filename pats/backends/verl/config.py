@@ -1,0 +1,165 @@
+"""The spec as verl's Hydra config: one function builds the overrides, two helpers compose and check.
+
+`verl_overrides` is the one place that maps spec fields onto verl keys (GRPO, group size, batch and
+length settings, LoRA, KL, rollout engine, the pats agent loops, logging). `trainer.overrides` from
+the spec come last, so a user can change any verl key without a pats release. pats' own settings
+travel in the config under `pats.*` (`pats.spec`, `pats.run_dir`): the agent loops read them from
+the trainer config they are given, so the agent loop YAML holds nothing but class names.
+
+Departures from the local backend: verl optimizes the token-mean PPO loss over whole multi-turn
+episodes (the local backend weights each turn 1/turns); `policy.dtype` is not mapped (verl trains
+FSDP with fp32 master weights and rolls out in bf16, its defaults).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from pats.errors import PrerequisiteError
+from pats.spec.models import ExperimentSpec
+
+TRAIN_LOOP = "pats_agent"  # agent_name of training rows
+VALIDATION_LOOP = "pats_validation"  # agent_name of validation rows: never adds a scaffold
+INSTALL_HINT = (
+    "the verl backend needs verl 0.9.1 and its agent-loop extras: `pip install pats[verl]` "
+    "(GPU nodes also need a rollout engine: `pip install verl[vllm]==0.9.1` or `verl[sglang]`)"
+)
+
+
+def require_verl():
+    """Import verl, or raise a PrerequisiteError naming the install command."""
+    try:
+        import verl  # noqa: F401
+        from verl.experimental.agent_loop import agent_loop  # noqa: F401  (needs the agent-loop extras)
+    except ImportError as err:
+        raise PrerequisiteError(f"{INSTALL_HINT} ({err})") from None
+    return verl
+
+
+def _list(values: Sequence[str]) -> str:
+    return "[" + ",".join(values) + "]"
+
+
+def verl_overrides(
+    spec: ExperimentSpec,
+    *,
+    train_files: str,
+    val_files: str,
+    agent_loops: str,
+    spec_path: str,
+    run_dir: str,
+    model_path: str,
+) -> list[str]:
+    """verl Hydra overrides (`key=value`) for `spec`. Paths are passed in as strings so a launch
+    script can use shell variables ($HERE/train.parquet) where `pats run` uses absolute paths."""
+    tr, pol, ev = spec.trainer, spec.policy, spec.eval
+    if tr.backend != "verl":
+        raise ValueError(f"spec {spec.name} has trainer.backend {tr.backend}; set trainer.backend: verl")
+    micro = tr.micro_batch_per_gpu
+    loggers = ["console"] if spec.logging.wandb == "disabled" else ["console", "wandb"]
+    out = [
+        # GRPO: group-normalized advantages over rollout.n samples of each prompt, no critic.
+        "algorithm.adv_estimator=grpo",
+        f"algorithm.norm_adv_by_std_in_grpo={tr.normalize_advantage_std}",
+        "algorithm.use_kl_in_reward=False",
+        # Data: one row per task; a step draws tasks_per_step rows.
+        f"data.train_files={train_files}",
+        f"data.val_files={val_files}",
+        f"data.train_batch_size={tr.tasks_per_step}",
+        # The prompt budget covers instructions + task + scaffold: verl cuts longer prompts from the
+        # left (dropping the scaffold first) with only a warning.
+        f"data.max_prompt_length={pol.max_prompt_tokens}",
+        # Every policy and environment token after the first prompt counts toward the response.
+        f"data.max_response_length={pol.max_response_tokens}",
+        f"data.seed={spec.seed}",
+        "data.return_raw_chat=True",
+        f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.actor.optim.lr={tr.lr}",
+        f"actor_rollout_ref.actor.optim.weight_decay={tr.weight_decay}",
+        f"actor_rollout_ref.actor.optim.clip_grad={tr.max_grad_norm}",
+        f"actor_rollout_ref.actor.ppo_epochs={tr.epochs}",
+        # One optimizer step per epoch over the step's groups, as the local backend does.
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={tr.tasks_per_step}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.actor.clip_ratio_low={tr.clip_low}",
+        f"actor_rollout_ref.actor.clip_ratio_high={tr.clip_high}",
+        # KL to the reference as a loss term (GRPO's choice), not folded into the reward.
+        f"actor_rollout_ref.actor.use_kl_loss={tr.kl_coef > 0}",
+        f"actor_rollout_ref.actor.kl_loss_coef={tr.kl_coef}",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.name={tr.rollout_engine}",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.n={tr.group_size}",
+        f"actor_rollout_ref.rollout.temperature={pol.temperature}",
+        f"actor_rollout_ref.rollout.top_p={pol.top_p}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tr.tensor_parallel}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={tr.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={ev.samples_per_task}",
+        f"actor_rollout_ref.rollout.val_kwargs.do_sample={not ev.greedy}",
+        f"actor_rollout_ref.rollout.val_kwargs.temperature={0 if ev.greedy else pol.temperature}",
+        f"actor_rollout_ref.rollout.val_kwargs.top_p={1.0 if ev.greedy else pol.top_p}",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={spec.environment.max_turns}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loops}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={TRAIN_LOOP}",
+        # The scaffold service revises when a step's groups are all in; the sync trainer finishes a
+        # step's rollouts before it starts the next (async modes would mix steps).
+        "trainer.use_v1=True",
+        "trainer.v1.trainer_mode=sync",
+        f"trainer.nnodes={tr.nnodes}",
+        f"trainer.n_gpus_per_node={tr.gpus_per_node}",
+        f"trainer.total_training_steps={tr.steps}",
+        f"trainer.total_epochs={tr.steps}",  # an upper bound: the step count ends the run
+        f"trainer.save_freq={tr.checkpoint_every}",
+        f"trainer.test_freq={ev.every}",
+        f"trainer.val_before_train={ev.at_start}",
+        f"trainer.project_name={spec.logging.project}",
+        f"trainer.experiment_name={spec.name}",
+        f"trainer.logger={_list(loggers)}",
+        f"trainer.default_local_dir={run_dir}/checkpoints",
+        # Read by the pats agent loops and the scaffold service (see the module docstring).
+        f"+pats.spec={spec_path}",
+        f"+pats.run_dir={run_dir}",
+    ]
+    if pol.lora is not None:
+        out += [
+            f"actor_rollout_ref.model.lora_rank={pol.lora.rank}",
+            f"actor_rollout_ref.model.lora_alpha={pol.lora.alpha}",
+            f"actor_rollout_ref.model.target_modules={_list(pol.lora.target_modules)}",
+            # The rollout engine loads the base weights from disk, then receives the adapter.
+            "actor_rollout_ref.rollout.load_format=safetensors",
+        ]
+    if spec.logging.wandb != "disabled":
+        # W&B runs inside Ray actors: its mode travels in the runtime env, not the shell.
+        out += [
+            f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE={spec.logging.wandb}",
+            f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR={run_dir}",
+        ]
+    return out + list(tr.overrides)
+
+
+def config_dir() -> str:
+    verl = require_verl()
+    return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+
+def compose(overrides: Sequence[str]):
+    """verl's `ppo_trainer` config with `overrides`, composed by Hydra as `main_ppo` would."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base=None):
+        return hydra_compose("ppo_trainer", overrides=list(overrides))
+
+
+def check(config) -> None:
+    """verl's own `validate_config`, with the reference/critic flags `main_ppo` derives."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )

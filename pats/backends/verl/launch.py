@@ -1,0 +1,148 @@
+"""`pats run` for verl specs, and `pats export verl SPEC OUT/`: the same bundle of files either way.
+
+A bundle folder holds what a verl run needs besides verl itself:
+  spec.yaml          the resolved pats spec (the agent loops and the scaffold service read it)
+  train.parquet      training tasks (agent_name pats_agent)
+  val.parquet        held-out tasks (agent_name pats_validation: never a scaffold)
+  agent_loops.yaml   the loop registry verl reads through rollout.agent.agent_loop_config_path
+  launch.sh          `python3 -m verl.trainer.main_ppo` with every override, paths relative to itself
+
+`pats run` writes the bundle to <run dir>/verl/ and calls verl's `run_ppo` in-process with the same
+overrides; a cluster user runs `bash OUT/launch.sh` on the Ray head node instead.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from pats.backends.verl.config import (
+    TRAIN_LOOP,
+    VALIDATION_LOOP,
+    check,
+    compose,
+    require_verl,
+    verl_overrides,
+)
+from pats.errors import PrerequisiteError
+from pats.fileio import write_atomic
+from pats.spec import ExperimentSpec, spec_to_yaml
+
+AGENT_LOOPS = f"""\
+# pats agent loops for verl (rollout.agent.agent_loop_config_path); rows pick one by agent_name.
+- name: {TRAIN_LOOP}
+  _target_: pats.backends.verl.loop.PatsAgentLoop
+- name: {VALIDATION_LOOP}
+  _target_: pats.backends.verl.loop.PatsValidationLoop
+"""
+
+
+def model_path(spec: ExperimentSpec) -> str:
+    """A directory or Hugging Face id verl can load (the embedded policy is converted once)."""
+    from pats.models import resolve_model_dir
+
+    return str(resolve_model_dir(spec.policy.model))
+
+
+def write_bundle(spec: ExperimentSpec, out: Path, run_dir: str, data: bool = True) -> list[str]:
+    """Write the bundle to `out`; returns the overrides with absolute paths (for an in-process run).
+    `data=False` skips the parquet files (they need the environment's task lists)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "spec.yaml", spec_to_yaml(spec))
+    write_atomic(out / "agent_loops.yaml", AGENT_LOOPS)
+    if data:
+        write_task_data(spec, out)
+    model = model_path(spec)
+    script = verl_overrides(
+        spec,
+        train_files="$HERE/train.parquet",
+        val_files="$HERE/val.parquet",
+        agent_loops="$HERE/agent_loops.yaml",
+        spec_path="$HERE/spec.yaml",
+        run_dir="$RUN_DIR",
+        model_path=model,
+    )
+    write_atomic(out / "launch.sh", launch_script(spec, script))
+    (out / "launch.sh").chmod(0o755)
+    here = str(out.resolve())
+    return verl_overrides(
+        spec,
+        train_files=f"{here}/train.parquet",
+        val_files=f"{here}/val.parquet",
+        agent_loops=f"{here}/agent_loops.yaml",
+        spec_path=f"{here}/spec.yaml",
+        run_dir=str(Path(run_dir).resolve()),
+        model_path=model,
+    )
+
+
+def write_task_data(spec: ExperimentSpec, out: Path) -> None:
+    import pats.envs  # noqa: F401  (registers the built-in environments)
+    from pats.backends.verl.data import task_rows, write_parquet
+    from pats.registry import ENVIRONMENTS
+
+    env = ENVIRONMENTS.get(spec.environment.kind)(spec.environment)
+    train, held_out = env.tasks("train"), env.tasks("eval")
+    held_out = held_out[: spec.eval.num_tasks or len(held_out)]
+    kind = spec.environment.kind
+    write_parquet(task_rows(train, kind, validation=False), out / "train.parquet")
+    write_parquet(task_rows(held_out, kind, validation=True), out / "val.parquet")
+
+
+def launch_script(spec: ExperimentSpec, overrides: list[str]) -> str:
+    tr = spec.trainer
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Run: bash launch.sh            (pats spec '{spec.name}' as a verl GRPO run)",
+        f"# {tr.nnodes} node(s) x {tr.gpus_per_node} GPU(s), rollouts with {tr.rollout_engine}, "
+        f"{tr.steps} steps of {tr.tasks_per_step} tasks x {tr.group_size} rollouts.",
+        "# Written by `pats export verl`. Needs on every node: `pip install pats[verl]` and a rollout",
+        f"# engine (`pip install verl[{tr.rollout_engine}]==0.9.1`). Several nodes: `ray start --head` here,",
+        "# `ray start --address=<head>:6379` on the others, this folder at the same path on every node",
+        "# (a shared filesystem), then run this script on the head node. The run directory (scaffold",
+        "# versions, events.jsonl, checkpoints) is $PATS_RUN_DIR, default ./run beside this script.",
+        "# More Hydra overrides go after the script name: bash launch.sh trainer.save_freq=5",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'RUN_DIR="${PATS_RUN_DIR:-$HERE/run}"',
+        'mkdir -p "$RUN_DIR"',
+        "python3 -m verl.trainer.main_ppo \\",
+    ]
+    for item in overrides:
+        quoted = f'"{item}"' if "$" in item else shlex.quote(item)  # $HERE/$RUN_DIR expand
+        lines.append(f"    {quoted} \\")
+    lines.append('    "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Path:
+    """`pats export verl SPEC OUT/`: the bundle, checked against verl's config when verl is here."""
+    write_bundle(spec, out, run_dir=str(out / "run"), data=data)
+    return out / "launch.sh"
+
+
+def require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PrerequisiteError(
+            "trainer.backend: verl trains on NVIDIA GPUs (FSDP workers and a vLLM/SGLang rollout server) "
+            "and this machine has none visible to torch; use trainer.backend: local on CPU, or export "
+            "the run for a GPU node with `pats export verl SPEC OUT/`"
+        )
+
+
+def run_verl(spec: ExperimentSpec, run_dir: Path) -> Path:
+    """Train `spec` with verl in this process (Ray starts locally unless RAY_ADDRESS names a cluster).
+    Resuming is verl's: trainer.resume_mode=auto finds <run_dir>/checkpoints."""
+    require_verl()
+    require_gpu()
+    overrides = write_bundle(spec, run_dir / "verl", run_dir=str(run_dir))
+    config = compose(overrides)
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    check(config)
+    run_ppo(config, task_runner_class=TaskRunnerV1)
+    return run_dir

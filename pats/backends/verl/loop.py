@@ -1,0 +1,288 @@
+"""The pats agent loops verl runs, one object per sample: a multi-turn episode on a pats environment.
+
+`PatsAgentLoop` (training rows) pins its group's scaffold view from the scaffold service, plays the
+episode, reports the trajectory back, and returns an `AgentLoopOutput`; `PatsValidationLoop`
+(validation rows) plays the bare prompt and never contacts the service.
+
+An episode mirrors the local backend's (pats.backends.local.backend): the same instructions, prompt
+rendering, scaffold placement (`with_scaffold` on the system part), action parsing (`parse_action`,
+or the whole output for environments with `parses_output`), per-turn `policy.max_new_tokens`, episode
+reward = sum of step rewards, success = the environment's `won`. Departure: the local backend builds a
+fresh prompt per turn with a history window; here the episode is one growing chat (system: rules,
+task and scaffold; then user = observation and admissible actions, assistant = the policy's output,
+per turn) because verl trains on one token sequence per episode. Tokens are built incrementally
+with verl's continuous-token helpers, never by re-tokenizing the history; `response_mask` is 1 on
+the policy's tokens only; environment tokens count toward `rollout.response_length`, and the episode
+stops (truncated) when the next observation would not fit.
+
+Environment calls run on a thread with its own event loop per environment instance (`_OffLoopEnv`):
+verl runs every sample of a worker on one event loop, and an environment that blocks inside
+`async def` would stall them all. Environment instances are pooled per worker process (a TextWorld-
+Express instance holds a JVM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+
+from pats.backends.verl.data import task_of
+from pats.backends.verl.service import connect
+from pats.envs.prompting import instructions, parse_action, render_prompt
+from pats.errors import EnvironmentFault, PrerequisiteError
+from pats.protocols import Env, StepResult
+from pats.scaffold import with_scaffold
+from pats.spec.models import ExperimentSpec
+from pats.types import Rollout, ScaffoldView, Task, Turn
+
+
+class _OffLoopEnv:
+    """An Env whose coroutines run on its own thread and event loop (see the module docstring)."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.parses_output = bool(getattr(env, "parses_output", False))
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="pats-env", daemon=True).start()
+
+    async def call(self, method: str, *args: Any) -> Any:
+        future = asyncio.run_coroutine_threadsafe(getattr(self.env, method)(*args), self._loop)
+        return await asyncio.wrap_future(future)
+
+
+@dataclass
+class _Settings:
+    """What every episode of one spec needs, built once per worker process."""
+
+    spec: ExperimentSpec
+    make_env: Callable[[], Env]
+    instructions: str
+    idle: list[_OffLoopEnv] = field(default_factory=list)  # pooled environment instances
+
+    async def acquire(self) -> _OffLoopEnv:
+        if self.idle:
+            return self.idle.pop()
+        return _OffLoopEnv(await asyncio.to_thread(self.make_env))  # a constructor may block too
+
+    def release(self, env: _OffLoopEnv) -> None:
+        self.idle.append(env)
+
+
+@lru_cache(maxsize=8)
+def _settings(spec_path: str) -> _Settings:
+    import pats.envs  # noqa: F401  (registers the built-in environments)
+    from pats.registry import ENVIRONMENTS
+    from pats.spec import load_spec
+
+    spec = load_spec(spec_path)
+    make = ENVIRONMENTS.get(spec.environment.kind)
+    return _Settings(spec, lambda: make(spec.environment), instructions(spec.environment.kind, "generate"))
+
+
+@dataclass
+class _Episode:
+    view_text: str = ""
+    version: str = ""
+    scaffolded: bool = False
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    won: bool = False
+    done: bool = False
+    error: str = ""
+
+
+class PatsAgentLoop(AgentLoopBase):
+    """Training rows: the group's pinned scaffold view, the environment's reward."""
+
+    uses_scaffold = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        pats_config = self.config.get("pats")
+        if pats_config is None or not pats_config.get("spec") or not pats_config.get("run_dir"):
+            raise PrerequisiteError(
+                "the pats agent loops read pats.spec and pats.run_dir from the verl config: launch with "
+                "`pats run SPEC`, or with the overrides `pats export verl SPEC OUT/` writes to OUT/launch.sh"
+            )
+        self.spec_path, self.run_dir = str(pats_config.spec), str(pats_config.run_dir)
+        self.settings = _settings(self.spec_path)
+        self.response_length = self.rollout_config.response_length
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        task = task_of(kwargs["extra_info"])
+        uid = str(kwargs["uid"])
+        episode = _Episode()
+        if self.uses_scaffold:
+            if "global_steps" not in kwargs:
+                raise PrerequisiteError(
+                    "the pats agent loop needs verl's V1 trainer (trainer.use_v1=True), which passes "
+                    "global_steps to each loop; pats pins one scaffold version per step"
+                )
+            pinned = await connect(self.spec_path, self.run_dir).pin(
+                uid, task.model_dump_json(), int(kwargs["global_steps"])
+            )
+            episode.view_text, episode.version, episode.scaffolded = (
+                pinned["text"],
+                pinned["version"],
+                pinned["scaffolded"],
+            )
+        env = await self.settings.acquire()
+        try:
+            prompt_ids, ids, mask, logprobs, messages = await self._play(env, task, episode, sampling_params)
+        finally:
+            self.settings.release(env)
+        rollout = Rollout(
+            id=f"{uid}-{uuid4().hex[:8]}",
+            task_id=task.id,
+            scaffolded=episode.scaffolded,
+            scaffold_version=episode.version,
+            turns=tuple(episode.turns),
+            reward=episode.reward,
+            success=episode.won,
+            truncated=not episode.done,
+            error=episode.error,
+        )
+        if self.uses_scaffold:
+            await connect(self.spec_path, self.run_dir).report(uid, rollout.model_dump_json())
+        n = self.response_length
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=ids[len(prompt_ids) :][:n],
+            response_mask=mask[:n],
+            response_logprobs=logprobs[:n] if logprobs else None,
+            reward_score=episode.reward,
+            num_turns=len(messages),
+            metrics=AgentLoopMetrics(),
+            extra_fields={
+                "scaffold_version": episode.version,
+                "scaffolded": episode.scaffolded,
+                "task_id": task.id,
+                "task_type": task.type,
+                # Same keys on every row (verl stacks them by the first row's keys).
+                "reward_extra_info": {
+                    "success": float(episode.won),
+                    "turns": float(len(episode.turns)),
+                    "invalid_actions": float(sum(not t.valid for t in episode.turns)),
+                    "truncated": float(rollout.truncated),
+                    "env_error": float(bool(episode.error)),
+                },
+                "turn_scores": [t.reward for t in episode.turns],
+                "tool_rewards": [],
+            },
+        )
+
+    async def _play(self, env: _OffLoopEnv, task: Task, ep: _Episode, sampling_params: dict[str, Any]):
+        """(prompt ids, all ids, response mask, response logprobs, messages) of one episode."""
+        spec = self.settings.spec
+        try:
+            state: StepResult = await env.call("reset", task)
+        except EnvironmentFault as err:
+            state, ep.done, ep.error = StepResult(observation=""), True, f"reset failed: {err}"
+        admissible = None if env.parses_output else (list(state.admissible) or None)
+        parts = render_prompt(
+            self.settings.instructions, state.task_description, (), state.observation, admissible, 0
+        )
+        messages = [
+            {
+                "role": "system",
+                "content": with_scaffold(parts.system, ScaffoldView(version=ep.version, text=ep.view_text)),
+            },
+            {"role": "user", "content": parts.user},
+        ]
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        ids, mask, logprobs = list(prompt_ids), [], []
+        request_id = uuid4().hex  # one per trajectory: the server's prefix cache keeps the history
+        eos = self.tokenizer.eos_token_id
+        for _ in range(spec.environment.max_turns):
+            room = self.response_length - len(mask)
+            if ep.done or room <= 0:
+                break
+            params = {**sampling_params, "max_tokens": min(spec.policy.max_new_tokens, room)}
+            out = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=ids, sampling_params=params
+            )
+            merged, mask, new_logprobs = await self.ct_merge_assistant_token(
+                ids,
+                out.token_ids,
+                mask,
+                logprobs if out.log_probs else None,
+                assistant_logprobs=out.log_probs or None,
+            )
+            ids, logprobs = merged.token_ids, new_logprobs or []
+            if out.token_ids and out.token_ids[-1] != eos and eos is not None:
+                # Cut at max_tokens: close the turn as the chat template would (a context token, mask 0).
+                ids, mask = ids + [eos], mask + [0]
+                logprobs = logprobs + [0.0] if logprobs else logprobs
+            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            state = await self._step(env, ep, state, text, len(ids) - len(out.token_ids), len(out.token_ids))
+            messages.append({"role": "assistant", "content": text})
+            if ep.done or len(ep.turns) >= spec.environment.max_turns:
+                break
+            admissible = None if env.parses_output else (list(state.admissible) or None)
+            user = render_prompt("", "", (), state.observation, admissible, 0).user
+            previous = list(messages)
+            messages.append({"role": "user", "content": user})
+            merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
+                previous, messages, ids, mask, logprobs or None
+            )
+            if len(new_mask) >= self.response_length:
+                messages.pop()  # the observation does not fit: the episode ends truncated
+                break
+            ids, mask, logprobs = merged.token_ids, new_mask, new_logprobs or []
+        return prompt_ids, ids, mask, logprobs, messages
+
+    async def _step(
+        self,
+        env: _OffLoopEnv,
+        ep: _Episode,
+        state: StepResult,
+        text: str,
+        prompt_tokens: int,
+        response_tokens: int,
+    ) -> StepResult:
+        """Act on the environment as the local backend does; returns the new state."""
+        if env.parses_output:  # free-text actions: the environment reads the whole output
+            action, valid, reason = text.strip(), True, ""
+        else:
+            action, valid, reason = parse_action(text, list(state.admissible) or None)
+        if valid:
+            try:
+                result = await env.call("step", action)
+            except EnvironmentFault as err:
+                ep.done, ep.error = True, f"environment died: {err}"
+                result = StepResult(observation=state.observation, valid=False, invalid_reason=str(err))
+        else:
+            result = StepResult(
+                observation=state.observation, admissible=state.admissible, valid=False, invalid_reason=reason
+            )
+        ep.turns.append(
+            Turn(
+                observation=state.observation,
+                action=action,
+                output=text,
+                valid=result.valid,
+                invalid_reason=result.invalid_reason,
+                reward=result.reward,
+                prompt_tokens=prompt_tokens,
+                response_tokens=response_tokens,
+            )
+        )
+        ep.reward += result.reward
+        ep.won = ep.won or result.won
+        ep.done = ep.done or result.done
+        if not result.admissible:  # an env may leave them out of an invalid or final step
+            result = result.model_copy(update={"admissible": state.admissible})
+        return result
+
+
+class PatsValidationLoop(PatsAgentLoop):
+    """Validation rows: the bare prompt (the deployment prompt), never a scaffold."""
+
+    uses_scaffold = False
