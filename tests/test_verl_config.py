@@ -127,3 +127,17 @@ def test_export_writes_a_recognizable_launch_script_and_task_rows(tmp_path):
     assert {r["agent_name"] for r in train} == {"pats_agent"}
     assert {r["agent_name"] for r in val} == {"pats_validation"}
     assert all("Guidance" not in m["content"] for r in train for m in r["prompt"])  # bare prompts
+
+
+def test_cli_export_takes_spec_and_folder_and_refuses_a_local_spec(tmp_path, capsys):
+    from pats.cli.main import main
+
+    out = tmp_path / "bundle"
+    assert (
+        main(["export", "verl", str(ALFWORLD / "grpo.yaml"), str(out), "trainer.steps=7", "--no-data"]) == 0
+    )
+    assert "trainer.total_training_steps=7" in (out / "launch.sh").read_text()
+    assert f"bash {out / 'launch.sh'}" in capsys.readouterr().out
+    quickstart = ALFWORLD.parents[0] / "quickstart.yaml"
+    assert main(["export", "verl", str(quickstart), str(tmp_path / "x")]) == 2
+    assert "needs trainer.backend: verl" in capsys.readouterr().err
