@@ -1,0 +1,75 @@
+"""Free-text environments (webshop, search_qa) on the local backend with the real SmolLM2 in generate
+mode: the environment receives the policy's whole output, and whatever the 135M model writes becomes a
+valid step or an invalid one with a reason, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from pats.backends.local.backend import LocalBackend
+from pats.engine.run import make_env_factory
+from pats.protocols import GroupPlan
+from pats.spec import load_spec
+from pats.types import EMPTY_VIEW
+
+pytestmark = pytest.mark.slow
+
+
+def play(spec):
+    make_env = make_env_factory(spec)
+    backend = LocalBackend(spec, make_env)
+    env = make_env()
+    task = env.tasks("train")[0]
+
+    async def go():
+        try:
+            groups = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
+            return groups[0], {rid: list(items) for rid, items in backend.pending.items()}
+        finally:
+            await backend.close()
+            await env.close()
+
+    return asyncio.run(go())
+
+
+def check(group, stored):
+    assert len(group.rollouts) == 2
+    for rollout in group.rollouts:
+        assert rollout.turns and not rollout.error
+        for turn in rollout.turns:
+            assert turn.valid or turn.invalid_reason, "an invalid action must say why"
+            assert 0 < turn.response_tokens <= 8
+        assert len(stored[rollout.id]) == len(rollout.turns)  # one TrainItem per turn with output
+
+
+def test_webshop_episodes_on_the_local_backend(repo):
+    spec = load_spec(
+        repo / "experiments/webshop/demo.yaml", ["environment.max_turns=2", "policy.max_new_tokens=8"]
+    )
+    check(*play(spec))
+
+
+def test_search_qa_episodes_on_the_local_backend(repo, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "contents": '"Paris"\nParis is the capital of France.'}) + "\n")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        json.dumps({"question": "What is the capital of France?", "golden_answers": ["Paris"]})
+    )
+    spec = load_spec(
+        repo / "experiments/search_qa/pats.yaml",
+        [
+            f"environment.train_data=[{questions}]",
+            f"environment.eval_data=[{questions}]",
+            f"environment.retriever.corpus={corpus}",
+            "environment.max_turns=2",
+            "policy.model=smollm2-135m-instruct",
+            "policy.dtype=float32",
+            "policy.max_new_tokens=8",
+            "trainer.backend=local",
+        ],
+    )
+    check(*play(spec))
