@@ -203,3 +203,46 @@ def test_second_epoch_is_off_policy_and_clipped(tiny_model_dir, lora):
     stats = policy.update(items)
     assert stats["steps"] == 3
     assert stats["approx_kl"] > 0 and stats["clip_frac"] > 0
+
+
+def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_dir, monkeypatch):
+    """Rollouts of a group make the same first decision: their choices run as one unit, and the
+    update equals running each on its own."""
+    from pats.backends.local import training
+
+    trainer = LocalTrainerSpec(lr=0.5, autocast_bf16=False)
+    spec = PolicySpec(model=str(tiny_model_dir), action="score", lora=LoraSpec(rank=2, alpha=4))
+    shared, alone = (LocalPolicy(spec, trainer, seed=4) for _ in range(2))
+    prompt, other = shared.chat_ids("system", "user"), shared.chat_ids("system", "another user")
+
+    def items(policy):
+        return [
+            policy.choice_item(prompt, ["yes", "no", "maybe"], 0, advantage=1.0, weight=0.5),
+            policy.choice_item(prompt, ["yes", "no", "maybe"], 1, advantage=-1.0, weight=0.25),
+            policy.choice_item(prompt, ["yes", "no", "maybe"], 0, advantage=1.0, weight=0.25),
+            policy.choice_item(other, ["yes", "no", "maybe"], 2, advantage=0.5),
+        ]
+
+    units = training._units(items(shared), micro_batch=4)
+    assert sorted(len(u) for u in units) == [1, 3]
+    stats = shared.update(items(shared))
+    monkeypatch.setattr(training, "_units", lambda batch, micro_batch: [[it] for it in batch])
+    alone_stats = alone.update(items(alone))
+    assert stats["steps"] == alone_stats["steps"] == 1
+    assert stats["loss"] == pytest.approx(alone_stats["loss"], abs=1e-6)
+    for a, b in zip(shared.params, alone.params, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert any(not torch.equal(a, b) for a, b in zip(shared.params, _trainable(LocalPolicy(spec, trainer, seed=4)), strict=True))
+
+
+def test_top_layers_puts_adapters_on_the_last_layers_only(tiny_model_dir):
+    from pats.errors import BackendError
+
+    trainer = LocalTrainerSpec(autocast_bf16=False)
+    policy = LocalPolicy(
+        PolicySpec(model=str(tiny_model_dir), lora=LoraSpec(rank=2, alpha=4, top_layers=1)), trainer, seed=0
+    )
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    assert names and all(".layers.1." in n for n in names), names
+    with pytest.raises(BackendError, match="top_layers is 3 .* 2 layers"):
+        LocalPolicy(PolicySpec(model=str(tiny_model_dir), lora=LoraSpec(top_layers=3)), trainer, seed=0)

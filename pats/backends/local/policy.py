@@ -80,11 +80,22 @@ class LocalPolicy:
             from peft import LoraConfig, get_peft_model
 
             lora = policy.lora
+            layers = model.config.get_text_config().num_hidden_layers
+            if lora.top_layers is not None and lora.top_layers > layers:
+                raise BackendError(
+                    f"policy.lora.top_layers is {lora.top_layers} but '{policy.model}' has {layers} "
+                    f"layers; write at most {layers}, or leave it unset for all of them"
+                )
             config = LoraConfig(
                 r=lora.rank,
                 lora_alpha=lora.alpha,
                 lora_dropout=lora.dropout,
                 target_modules=list(lora.target_modules),
+                # No adapter below the top layers: autograd then stops there, so the backward pass
+                # covers only those layers.
+                layers_to_transform=(
+                    list(range(layers - lora.top_layers, layers)) if lora.top_layers else None
+                ),
                 task_type="CAUSAL_LM",
             )
             try:

@@ -83,22 +83,28 @@ Item = TrainItem | ChoiceItem
 
 
 def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
-    """Backward units: sequences in micro-batches; each choice alone (its prompt runs at batch 1)."""
+    """Backward units: sequences in micro-batches; choices with the same prompt and candidates
+    together (one pass serves them all: the rollouts of a group share their first prompt, and
+    often more when they take the same actions), each such set at batch 1."""
     sequences = [it for it in items if isinstance(it, TrainItem)]
-    choices = [it for it in items if isinstance(it, ChoiceItem)]
-    units = [sequences[i : i + micro_batch] for i in range(0, len(sequences), micro_batch)]
-    return units + [[c] for c in choices]
+    units: list[list[Item]] = [sequences[i : i + micro_batch] for i in range(0, len(sequences), micro_batch)]
+    same: dict[tuple, list[Item]] = {}
+    for it in items:
+        if isinstance(it, ChoiceItem):
+            same.setdefault((it.prompt_ids, it.candidates), []).append(it)
+    return units + list(same.values())
 
 
 def _unit_logprobs(policy: LocalPolicy, model, unit: list[Item]) -> tuple[Tensor, Tensor]:
     """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences,
-    (1, 1) for a choice (its log-probability under the softmax over candidates)."""
+    (B, 1) for choices of one decision (each one's log-probability under the softmax over candidates)."""
     device = policy.device
     if isinstance(unit[0], ChoiceItem):
-        item = unit[0]
-        scores = policy.candidate_scores(item.prompt_ids, item.candidates, model=model).float()  # (K,)
-        logp = torch.log_softmax(scores / policy.spec.temperature, dim=-1)[item.chosen]
-        return logp.view(1, 1), torch.ones((1, 1), device=device)
+        first = unit[0]
+        scores = policy.candidate_scores(first.prompt_ids, first.candidates, model=model).float()  # (K,)
+        chosen = torch.tensor([it.chosen for it in unit], device=scores.device)  # (B,)
+        logp = torch.log_softmax(scores / policy.spec.temperature, dim=-1)[chosen]
+        return logp.view(-1, 1), torch.ones((len(unit), 1), device=device)
     longest = max(len(it.input_ids) for it in unit)
     ids = torch.full((len(unit), longest), policy.pad_id, device=device)  # (B, T), right-padded
     attention = torch.zeros_like(ids)
