@@ -31,10 +31,12 @@ INSTRUCTIONS: dict[str, str] = {
         "that brings you closer to finishing the task. Only the admissible actions work; anything "
         "else wastes a turn."
     ),
+    # The opening line of verl-agent's ALFWorld prompt (the published GiGPO/GRPO baselines).
     "alfworld": (
-        "You are a household robot in a text-based simulation. Each turn you read what happened and "
-        "choose one action that brings you closer to finishing the task. Only the admissible actions "
-        "work; anything else wastes a turn."
+        "You are an expert agent operating in the ALFRED Embodied Environment, a text-based household "
+        "simulation. Each turn you read what happened and choose one action that brings you closer to "
+        "finishing the task. Only the admissible actions listed each turn work; anything else wastes a "
+        "turn."
     ),
     "webshop": (
         "You are shopping on a web store for a customer. Each turn you see the current page and act "

@@ -52,16 +52,35 @@ class TwxEnvSpec(_EnvCommon):
     )
 
 
+AlfworldSplit = Literal["train", "valid_seen", "valid_unseen", "valid_train"]
+
+
 class AlfworldEnvSpec(_EnvCommon):
     """The real ALFWorld TextWorld-PDDL games."""
 
     kind: Literal["alfworld"] = "alfworld"
     data_dir: str | None = Field(
-        None, description="Folder with ALFWorld's json_2.1.1 games; unset means $ALFWORLD_DATA."
+        None,
+        description=(
+            "ALFWorld's game data: the folder holding json_2.1.1/ (as `alfworld-download` fills it), a "
+            "json_2.1.1_*.tar.xz tarball or a folder of them (unpacked once to $PATS_CACHE/alfworld); "
+            "unset means $ALFWORLD_DATA."
+        ),
     )
-    task_types: tuple[AlfworldTaskType, ...] = ALFWORLD_TASK_TYPES  # type: ignore[assignment]
-    train_split: Literal["train", "valid_seen", "valid_unseen"] = "train"
-    eval_split: Literal["train", "valid_seen", "valid_unseen"] = "valid_seen"
+    task_types: tuple[AlfworldTaskType, ...] = Field(
+        ALFWORLD_TASK_TYPES, min_length=1, description="Task types to play; games of other types are skipped."
+    )
+    train_split: AlfworldSplit = Field("train", description="json_2.1.1 split the training tasks come from.")
+    eval_split: AlfworldSplit = Field(
+        "valid_seen", description="json_2.1.1 split the held-out tasks come from."
+    )
+    task_seed: int = Field(
+        0,
+        description=(
+            "Seed of the fixed task order: games are sorted by path, shuffled with this seed, then the "
+            "first num_train_tasks / num_eval_tasks are used (the same on every worker and machine)."
+        ),
+    )
     max_turns: int = Field(50, ge=1, le=200)
 
 
