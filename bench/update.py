@@ -1,0 +1,107 @@
+"""Cost of one score-mode GRPO update, three ways, on the same decisions, side by side in one process.
+
+- `per-decision`: every decision its own forward/backward pass (how pats trained before);
+- `shared`: decisions with the same prompt and candidates share one pass (the default now: the
+  rollouts of a group share their first prompt, and more when they take the same actions);
+- `shared+top8`: the same, with LoRA adapters on the top 8 of 30 layers only (`policy.lora.top_layers`),
+  so the backward pass stops there.
+
+The decisions come from real quickstart episodes (SmolLM2-135M, twc, 10 turns), every one with an
+advantage. Timings alternate between the variants, `--repeats` rounds, median reported; the machine is
+shared, so compare the ratios, not the seconds. Writes bench/results/update.json.
+
+    python bench/update.py [--tasks 1] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from pats.backends.local import training
+from pats.backends.local.backend import LocalBackend
+from pats.backends.local.policy import LocalPolicy
+from pats.engine.run import make_env_factory
+from pats.protocols import GroupPlan
+from pats.spec import load_spec
+from pats.types import EMPTY_VIEW
+
+SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+
+
+def decisions(backend: LocalBackend, tasks: int) -> list[tuple]:
+    """(stored decision, advantage, weight) of `tasks` groups of 4 real episodes."""
+    make_env = make_env_factory(backend.spec)
+    plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=4) for t in make_env().tasks("train")[:tasks]]
+    groups = asyncio.run(backend.rollout(0, plans))
+    out = []
+    for group in groups:
+        for i, rollout in enumerate(group.rollouts):
+            stored = backend.pending.pop(rollout.id)
+            out += [(s, 1.0 if i % 2 else -1.0, 1 / len(stored)) for s in stored]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tasks", type=int, default=1, help="groups of 4 episodes to collect decisions from")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    spec = load_spec(SPEC)
+    backend = LocalBackend(spec, make_env_factory(spec))
+    stored = decisions(backend, args.tasks)
+    asyncio.run(backend.close())
+    top = spec.policy.model_copy(update={"lora": spec.policy.lora.model_copy(update={"top_layers": 8})})
+    policies = {"per-decision": backend.policy, "shared": backend.policy, "shared+top8": None}
+    policies["shared+top8"] = LocalPolicy(top, spec.trainer, spec.seed)
+    shared_units = training._units
+
+    def run(name: str) -> float:
+        items = [backend._train_item(s, adv, w) for s, adv, w in stored]
+        if name == "per-decision":
+            training._units = lambda batch, micro_batch: [[it] for it in batch]
+        try:
+            start = time.perf_counter()
+            policies[name].update(items)
+            return time.perf_counter() - start
+        finally:
+            training._units = shared_units
+
+    seconds: dict[str, list[float]] = {name: [] for name in policies}
+    for _ in range(args.repeats):
+        for name in policies:
+            seconds[name].append(run(name))
+            print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
+
+    items = [backend._train_item(s, adv, w) for s, adv, w in stored]
+    passes = len(shared_units(items, spec.trainer.micro_batch))
+    median = {name: statistics.median(v) for name, v in seconds.items()}
+    results = {
+        "machine": f"{torch.get_num_threads()} torch threads, torch {torch.__version__}",
+        "decisions": len(items),
+        "passes_shared": passes,
+        "seconds": seconds,
+        "median_s": median,
+        "ratio_shared": median["shared"] / median["per-decision"],
+        "ratio_shared_top8": median["shared+top8"] / median["per-decision"],
+    }
+    out = Path(__file__).parent / "results" / "update.json"
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+    print(f"decisions: {len(items)}, passes when shared: {passes}")
+    for name in policies:
+        ratio = median[name] / median["per-decision"]
+        print(f"{name}: median {median[name]:.1f} s  ({ratio:.2f}x of per-decision)")
+
+
+if __name__ == "__main__":
+    main()
