@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, scaffold_metrics
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
-from pats.logging.events import EventLog
+from pats.logging.events import EventLog, write_review
 from pats.protocols import MetricSink, PolicyBackend
 from pats.review import NoScaffold
 from pats.spec.models import ExperimentSpec
@@ -115,27 +115,7 @@ class Engine:
         return metrics
 
     def _log(self, step, groups, result, version, metrics) -> None:
-        ev = self.events
-        ev.write(
-            step,
-            "groups",
-            groups=[
-                {"task": g.task.id, "type": g.task.type, "version": g.scaffold_version, "rewards": g.rewards}
-                for g in groups
-            ],
-        )
-        for card in result.cards:
-            ev.write(step, "card", card=card)
-        for assessment in result.assessments:
-            ev.write(step, "assessment", assessment=assessment)
-        for edit in result.edits:
-            ev.write(step, "edit", edit=edit)
-        for problem in result.refused:
-            ev.write(step, "refused", problem=problem)
-        if result.fallback:
-            ev.write(step, "fallback", reason="reviser failed validation or raised; rules answered")
-        if version is not None:
-            ev.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
+        write_review(self.events, step, groups, result, version)
         for sink in self.sinks:
             sink.log(step, metrics)
 

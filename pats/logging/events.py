@@ -49,6 +49,29 @@ class EventLog:
         self._file.close()
 
 
+def write_review(events: EventLog, step: int, groups, result, version) -> None:
+    """One step's rollout groups, its review (cards, assessments, edits, refused sets; `result` None
+    when the review failed) and the new scaffold version, if any: the same lines for every backend."""
+    events.write(
+        step,
+        "groups",
+        groups=[
+            {"task": g.task.id, "type": g.task.type, "version": g.scaffold_version, "rewards": g.rewards}
+            for g in groups
+        ],
+    )
+    if result is not None:
+        for name in ("card", "assessment", "edit"):
+            for item in getattr(result, f"{name}s"):
+                events.write(step, name, **{name: item})
+        for problem in result.refused:
+            events.write(step, "refused", problem=problem)
+        if result.fallback:
+            events.write(step, "fallback", reason="reviser failed validation or raised; rules answered")
+    if version is not None:
+        events.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
+
+
 def read_events(path: Path, event: str | None = None) -> list[dict]:
     lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     return [x for x in lines if event is None or x["event"] == event]

@@ -142,6 +142,7 @@ class ScaffoldService:
 
     async def _review(self, step: int, taken: list[_Group]) -> None:
         from pats.engine.metrics import group_metrics, review_metrics, scaffold_metrics
+        from pats.logging.events import write_review
 
         groups = [
             RolloutGroup(step=step, task=g.task, scaffold_version=g.view.version, rollouts=tuple(g.rollouts))
@@ -155,32 +156,17 @@ class ScaffoldService:
             logger.exception("pats scaffold review of step %d failed", step)
             self.events.write(step, "review_failed", error=f"{type(err).__name__}: {err}")
             result, version = None, None
-        ev = self.events
-        ev.write(
-            step,
-            "groups",
-            groups=[
-                {"task": g.task.id, "type": g.task.type, "version": g.scaffold_version, "rewards": g.rewards}
-                for g in groups
-            ],
-        )
+        write_review(self.events, step, groups, result, version)
         metrics = group_metrics(groups)
         if result is not None:
-            for name in ("cards", "assessments", "edits"):
-                for item in getattr(result, name):
-                    ev.write(step, name[:-1], **{name[:-1]: item})
-            for problem in result.refused:
-                ev.write(step, "refused", problem=problem)
             metrics.update(review_metrics(result))
-        if version is not None:
-            ev.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
         store = self.scaffold.store
         metrics.update(scaffold_metrics(store.current if store else None))
         if hasattr(self.scaffold, "judge"):
             from pats.fileio import write_atomic
 
             write_atomic(self._judge_file, json.dumps(self.scaffold.judge.state_dict(), indent=1))
-        ev.end_step(step, metrics=metrics)
+        self.events.end_step(step, metrics=metrics)
         self.reviewed.add(step)
         self.reviews.pop(step, None)
 
