@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 from py4j.protocol import Py4JError
 
+from pats.envs.admissible import check_step, normalize, rejected, spelling
 from pats.errors import EnvironmentFault, PrerequisiteError, SpecError, SpecIssue
 from pats.protocols import StepResult
 from pats.registry import ENVIRONMENTS
@@ -191,19 +192,10 @@ class TwxEnv:
         return self._last
 
     def _step(self, action: str) -> StepResult:
-        if self._broken:
-            raise EnvironmentFault(
-                "the TextWorldExpress JVM died during this episode; reset() starts a new one"
-            )
-        if self._task is None or self._last is None:
-            raise RuntimeError("step() called before reset()")
-        if self._last.done:
-            raise RuntimeError(f"step() called after the episode of {self._task.id} ended; call reset()")
-        command = self._spelling.get(_normalize(action))
+        check_step(self._task, self._last, self._broken, "TextWorldExpress JVM")
+        command = self._spelling.get(normalize(action))
         if command is None:
-            # Not sent to the game, so the game state stays as it was.
-            reason = f"'{action}' is not an admissible action here" if action.strip() else "empty action"
-            return self._last.model_copy(update={"reward": 0.0, "valid": False, "invalid_reason": reason})
+            return rejected(self._last, action)
         try:
             infos = json.loads(self._jvm.server.stepJSON(command))
         except _JVM_ERRORS as err:
@@ -267,7 +259,7 @@ class TwxEnv:
 
     def _result(self, infos: dict[str, Any], reward: float, done: bool) -> StepResult:
         admissible = tuple(sorted(set(infos["validActions"])))
-        self._spelling = {_normalize(action): action for action in admissible}
+        self._spelling = spelling(admissible)
         return StepResult(
             observation=infos["observation"],
             reward=reward,
@@ -346,10 +338,6 @@ def _kill(process: subprocess.Popen) -> None:
 def _plan_key(task: Task) -> tuple[str, str, int, str]:
     p = task.payload
     return (p["game"], p["fold"], p["seed"], game_params(p["params"]))
-
-
-def _normalize(action: str) -> str:
-    return " ".join(action.split()).lower()
 
 
 def _clamp(score: float) -> float:

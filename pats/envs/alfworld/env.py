@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pats.envs.admissible import check_step, normalize, rejected, spelling
 from pats.envs.alfworld.data import GAME_FILE, data_source, list_games, split_dir
 from pats.errors import EnvironmentFault, PrerequisiteError
 from pats.protocols import StepResult
@@ -49,7 +50,6 @@ SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 INSTALL = "pip install alfworld==0.4.2 'textworld[pddl]==1.7.0'"
 WORKER = Path(__file__).with_name("worker.py")
 CALL_TIMEOUT_S = 120.0  # a game start takes ~1 s and a step ~0.1 s; this only catches a hung child
-MAX_ACTION_CHARS = 200  # longer than any ALFWorld command; a longer one is garbage, not an action
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 TASK_PREFIX = "Your task is to: "
 
@@ -167,20 +167,10 @@ class AlfworldEnv:
         return self._last
 
     def _step(self, action: str) -> StepResult:
-        if self._broken:
-            raise EnvironmentFault(
-                "the ALFWorld game process died during this episode; reset() starts a new one"
-            )
-        if self._task is None or self._last is None:
-            raise RuntimeError("step() called before reset()")
-        if self._last.done:
-            raise RuntimeError(f"step() called after the episode of {self._task.id} ended; call reset()")
-        command = self._spelling.get(_normalize(action))
+        check_step(self._task, self._last, self._broken, "ALFWorld game process")
+        command = self._spelling.get(normalize(action))
         if command is None:
-            # Not sent to the game, so the game state stays as it was.
-            return self._last.model_copy(
-                update={"reward": 0.0, "valid": False, "invalid_reason": _why_invalid(action)}
-            )
+            return rejected(self._last, action)
         try:
             answer = self._game.call({"op": "step", "action": command})
         except _Dead as err:
@@ -201,7 +191,7 @@ class AlfworldEnv:
         self, answer: dict[str, Any], observation: str, description: str, reward: float
     ) -> StepResult:
         admissible = tuple(sorted({a for a in answer["admissible"] if a != "help"}))
-        self._spelling = {_normalize(a): a for a in admissible}
+        self._spelling = spelling(admissible)
         won = bool(answer["won"])
         return StepResult(
             observation=observation.strip(),
@@ -307,17 +297,3 @@ def _kill(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.kill()  # nothing in a game is worth a graceful exit
     process.wait(timeout=10)
-
-
-def _why_invalid(action: str) -> str:
-    text = " ".join(action.split())
-    if not text:
-        return "empty action"
-    if len(text) > MAX_ACTION_CHARS:
-        return f"over-long action ({len(text)} characters, at most {MAX_ACTION_CHARS})"
-    shown = text if len(text) <= 80 else text[:77] + "..."
-    return f"'{shown}' is not an admissible action here"
-
-
-def _normalize(action: str) -> str:
-    return " ".join(action.split()).lower()
