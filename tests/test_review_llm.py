@@ -45,6 +45,23 @@ def spec_for(base_url: str) -> ExperimentSpec:
     )
 
 
+def train_three_steps(spec: ExperimentSpec, tmp_path, count_tokens):
+    """The engine with the scripted backend on FakeEnv tasks; returns the scaffold policy it used."""
+    env = FakeEnv(num_tasks=4)
+    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+    engine = Engine(
+        spec=spec,
+        backend=ScriptedBackend(improving_schedule(), seed=5),
+        scaffold=scaffold,
+        sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
+        eval_tasks=env.tasks("eval"),
+        events=EventLog(tmp_path / "events.jsonl"),
+    )
+    asyncio.run(engine.run())
+    engine.events.close()
+    return scaffold
+
+
 def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monkeypatch):
     monkeypatch.setenv("PATS_TEST_KEY", "sk-test-PLANTED")
     script = [
@@ -55,21 +72,9 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
         {"truncated": True},
         WIRE_WRONG_SCHEMA,
     ] + [WIRE_INVALID] * 60
-    env = FakeEnv(num_tasks=4)
     with ScriptedOpenAIServer(script) as server:
-        spec = spec_for(server.base_url)
-        scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+        scaffold = train_three_steps(spec_for(server.base_url), tmp_path, count_tokens)
         assert isinstance(scaffold.reviser, LLMReviser) and isinstance(scaffold.fallback, RulesReviser)
-        engine = Engine(
-            spec=spec,
-            backend=ScriptedBackend(improving_schedule(), seed=5),
-            scaffold=scaffold,
-            sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
-            eval_tasks=env.tasks("eval"),
-            events=EventLog(tmp_path / "events.jsonl"),
-        )
-        asyncio.run(engine.run())
-        engine.events.close()
         requests = len(server.requests)
 
     log = tmp_path / "events.jsonl"
@@ -97,19 +102,7 @@ def test_a_reviser_endpoint_that_refuses_connections_costs_no_step(tmp_path, cou
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    spec = spec_for(f"http://127.0.0.1:{port}/v1")
-    env = FakeEnv(num_tasks=4)
-    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
-    engine = Engine(
-        spec=spec,
-        backend=ScriptedBackend(improving_schedule(), seed=5),
-        scaffold=scaffold,
-        sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
-        eval_tasks=env.tasks("eval"),
-        events=EventLog(tmp_path / "events.jsonl"),
-    )
-    asyncio.run(engine.run())
-    engine.events.close()
+    scaffold = train_three_steps(spec_for(f"http://127.0.0.1:{port}/v1"), tmp_path, count_tokens)
     ends = read_events(tmp_path / "events.jsonl", "step_end")
     assert [e["step"] for e in ends] == [0, 1, 2]
     assert scaffold.reviser.faults["connection"] >= 3
