@@ -16,6 +16,7 @@ Rerun the same command after an interruption: finished conditions are skipped, t
     python bench/learning.py --budget small --ablations       # + removal off, each card type off
     python bench/learning.py --budget small --setting hard --reward score
     python bench/learning.py --budget small --report-only     # tables and plots from the run dirs
+    python bench/learning.py --budget early --conditions pats none  # the first-20-steps target
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ BUDGETS = {
         shows="informative fraction and prompt tokens over 8 paired steps; held-out success is "
         "underpowered (1 seed, 128 episodes, 8 steps: learning takes hundreds)",
     ),
+    # The issue's early-signal target alone: pats against none over the first 20 paired steps
+    # (`--conditions pats none`, ~1 h on 2 free cores). 40 groups per condition; one curve point at
+    # the end on 16 games and no held-out test, which 20 steps cannot move (facts.md).
+    "early": Budget(
+        steps=20,
+        tasks_per_step=2,
+        group_size=4,
+        seeds=(0,),
+        eval_every=20,
+        eval_tasks=16,
+        heldout_tasks=0,
+        shows="the informative-group fraction over the first 20 paired steps; no held-out test",
+    ),
     # For a GPU: 3 seeds x 150 steps of 8 tasks x 8 rollouts (the published ALFWorld comparison ran
     # 150 steps), curve on 128 games every 10 steps, final test on 256 games per seed (768 paired).
     "large": Budget(
@@ -119,7 +133,7 @@ def overrides(b: Budget, seed: int, setting: str, reward: str) -> list[str]:
         f"trainer.group_size={b.group_size}",
         "trainer.checkpoint_every=1",  # an interruption loses at most the step in flight
         f"environment.max_turns={b.max_turns}",
-        f"environment.num_eval_tasks={b.heldout_tasks}",
+        f"environment.num_eval_tasks={max(b.heldout_tasks, b.eval_tasks)}",
         f"environment.reward={reward}",
         f"eval.every={b.eval_every}",
         f"eval.num_tasks={b.eval_tasks}",
@@ -141,10 +155,10 @@ def estimate(b: Budget, conditions, u: UnitCosts) -> tuple[float, dict[str, floa
             b.steps * step_seconds(b.tasks_per_step, b.group_size, inf, b.max_turns, u)
             + evals * eval_seconds(b.eval_tasks, b.max_turns, u)
             + eval_seconds(b.heldout_tasks, b.max_turns, u)
-            + 2 * u.startup_s  # training, then the held-out evaluation
+            + (2 if b.heldout_tasks else 1) * u.startup_s  # training, then the held-out evaluation
         )
         per[c] = one * len(b.seeds)
-    untrained = eval_seconds(b.heldout_tasks, b.max_turns, u) + u.startup_s
+    untrained = eval_seconds(b.heldout_tasks, b.max_turns, u) + u.startup_s if b.heldout_tasks else 0.0
     return untrained + sum(per.values()), per
 
 
@@ -333,6 +347,7 @@ def run_all(b: Budget, conditions, out: Path, setting: str, reward: str, final_e
     from pats.spec import load_spec
 
     started = time.perf_counter()
+    final_eval = final_eval and b.heldout_tasks > 0  # a budget without a held-out test
     if final_eval:
         base = load_spec(REPO / CONDITIONS["none"][0], overrides(b, b.seeds[0], setting, reward))
         heldout(out / "untrained" / f"heldout_{b.heldout_tasks}.json", b.heldout_tasks, base_spec=base)
@@ -378,10 +393,16 @@ def main(argv=None):
     )
     add_common_args(parser)
     parser.add_argument("--ablations", action="store_true", help="also removal off and each card type off")
+    parser.add_argument(
+        "--conditions",
+        nargs="+",
+        choices=sorted(CONDITIONS),
+        help="only these conditions (default: pats and the three baselines, plus --ablations)",
+    )
     args = parser.parse_args(argv)
     b, key = BUDGETS[args.budget], budget_key(args)
     out = args.out or REPO / "bench" / "runs" / "learning" / key
-    conditions = ("pats", *BASELINES, *(ABLATIONS if args.ablations else ()))
+    conditions = tuple(args.conditions or ("pats", *BASELINES, *(ABLATIONS if args.ablations else ())))
     units = UnitCosts(turn_s=args.turn_s, decision_s=args.decision_s)
     total, per = estimate(b, conditions, units)
     print(

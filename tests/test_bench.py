@@ -125,6 +125,24 @@ def test_report_rebuilt_from_run_directories(tmp_path):
     )
 
 
+def test_budget_without_a_heldout_test(tmp_path):
+    """`early` trains and reads back without the untrained and final held-out evaluations."""
+    u = common.UnitCosts(turn_s=1.0, decision_s=10.0, turns=5.0, startup_s=7.0)
+    b = learning.Budget(2, 3, 4, (0,), 2, 2, 0, max_turns=10)
+    # 2 steps of 240 s, one engine eval of 2 games x 10 turns, one startup; no untrained evaluation
+    total, per = learning.estimate(b, ["none"], u)
+    assert per["none"] == pytest.approx(480.0 + 20.0 + 7.0) and total == pytest.approx(per["none"])
+    assert "environment.num_eval_tasks=2" in learning.overrides(b, 0, "easy", "win")
+    assert learning.BUDGETS["early"].steps == learning.EARLY_STEPS
+    _write_run(tmp_path, "pats-s0", [0.5, 0.5], {1: 0.5}, [])
+    _write_run(tmp_path, "none-s0", [0.0, 0.5], {1: 0.0}, [])
+    s = learning.summarize(tmp_path, b, ["pats", "none"])
+    assert s["untrained_heldout"] is None and s["conditions"]["pats"]["heldout"] is None
+    assert s["conditions"]["pats"]["curve"] == {"steps": [2], "success": [0.5]}
+    assert s["comparisons"]["pats-none"]["informative_early_ratio"] == pytest.approx(2.0)
+    assert "pats/none, first 20 steps: 2.00" in learning.targets(s)[0]
+
+
 def test_token_ratios_from_run_directories(tmp_path):
     _write_run(tmp_path, "pats-s0", [1.0], {}, [1.0])
     _write_run(tmp_path, "grow-s0", [1.0], {}, [1.0])
