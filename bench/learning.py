@@ -170,22 +170,31 @@ def _mean(values) -> float | None:
     return fmean(values) if values else None
 
 
+def paired_steps(runs: dict, seed: int) -> set[int]:
+    """The steps of `seed` that every started condition has finished: a benchmark stopped part-way
+    still compares its conditions on the same (paired) task draws."""
+    started = [{k for k, _ in r["steps"]} for (_, s), r in runs.items() if s == seed and r["steps"]]
+    return set.intersection(*started) if started else set()
+
+
 def summarize(out: Path, b: Budget, conditions) -> dict:
     """Everything the tables need, read from the run directories under `out` (no model)."""
     untrained_file = out / "untrained" / f"heldout_{b.heldout_tasks}.json"
     untrained = json.loads(untrained_file.read_text()) if untrained_file.is_file() else None
     start = fmean(untrained["success"][: b.eval_tasks]) if untrained else None  # the curve's x=0
+    runs = {(c, s): read_run(out / f"{c}-s{s}") for c in conditions for s in b.seeds}
+    paired = {seed: paired_steps(runs, seed) for seed in b.seeds}
     rows: dict[str, dict] = {}
     for cond in conditions:
         seeds, informative, early, with_s, without_s, tokens, turns, curves = [], [], [], [], [], [], [], []
         outcomes: dict[int, dict[str, float]] = {}  # seed -> task -> success
         for seed in b.seeds:
             run_dir = out / f"{cond}-s{seed}"
-            run = read_run(run_dir)
+            run = runs[cond, seed]
             if not run["steps"]:
                 continue
             seeds.append(seed)
-            m = [metrics for _, metrics in sorted(run["steps"], key=lambda s: s[0])]
+            m = [metrics for k, metrics in sorted(run["steps"], key=lambda s: s[0]) if k in paired[seed]]
             informative.append(fmean(x["train/informative_fraction"] for x in m))
             early.append(fmean(x["train/informative_fraction"] for x in m[:EARLY_STEPS]))
             if cond == "none":  # every rollout is without a scaffold
@@ -209,6 +218,7 @@ def summarize(out: Path, b: Budget, conditions) -> dict:
         n = sum(len(o) for o in outcomes.values())
         rows[cond] = {
             "seeds": seeds,
+            "paired_steps": {seed: len(paired[seed]) for seed in seeds},
             "informative_early": _mean(early),
             "informative": _mean(informative),
             "train_success_with_scaffold": _mean(with_s),

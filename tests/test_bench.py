@@ -135,8 +135,9 @@ def test_budget_without_a_heldout_test(tmp_path):
     assert "environment.num_eval_tasks=2" in learning.overrides(b, 0, "easy", "win")
     assert learning.BUDGETS["early"].steps == learning.EARLY_STEPS
     _write_run(tmp_path, "pats-s0", [0.5, 0.5], {1: 0.5}, [])
-    _write_run(tmp_path, "none-s0", [0.0, 0.5], {1: 0.0}, [])
+    _write_run(tmp_path, "none-s0", [0.0, 0.5, 1.0], {1: 0.0}, [])  # one step more than pats
     s = learning.summarize(tmp_path, b, ["pats", "none"])
+    assert s["conditions"]["none"]["paired_steps"] == {0: 2}  # none's third step has no pair
     assert s["untrained_heldout"] is None and s["conditions"]["pats"]["heldout"] is None
     assert s["conditions"]["pats"]["curve"] == {"steps": [2], "success": [0.5]}
     assert s["comparisons"]["pats-none"]["informative_early_ratio"] == pytest.approx(2.0)
