@@ -333,12 +333,14 @@ def plot(summary: dict, out_png: Path, out: Path, b: Budget) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for cond, r in summary["conditions"].items():
-        axes[0].plot(r["curve"]["steps"], r["curve"]["success"], marker="o", label=cond)
+    for i, (cond, r) in enumerate(summary["conditions"].items()):
+        # conditions often coincide here (all-zero curves): marker and dash tell them apart
+        style = {"marker": "os^vDx*+P"[i % 9], "linestyle": ("-", "--", ":", "-.")[i % 4], "alpha": 0.8}
+        axes[0].plot(r["curve"]["steps"], r["curve"]["success"], label=cond, **style)
         for ax, key in ((axes[1], "train/informative_fraction"), (axes[2], "train/prompt_tokens")):
             per_seed = [dict(read_run(out / f"{cond}-s{s}")["steps"]) for s in r["seeds"]]
             steps = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
-            ax.plot(steps, [fmean(p[s][key] for p in per_seed) for s in steps], label=cond)
+            ax.plot(steps, [fmean(p[s][key] for p in per_seed) for s in steps], label=cond, **style)
     axes[0].set(title=f"Held-out success, no scaffold ({b.eval_tasks} games)", xlabel="steps done")
     axes[1].set(title="Informative-group fraction", xlabel="step")
     axes[2].set(title="Prompt tokens per rollout", xlabel="step")
@@ -427,6 +429,8 @@ def main(argv=None):
     summary = summarize(out, b, conditions)
     text = tables(summary, b)
     args.results.mkdir(parents=True, exist_ok=True)
+    old = args.results / f"learning_{key}.json"
+    previous = json.loads(old.read_text()) if old.is_file() else {}
     png = args.results / f"learning_{key}.png"
     plot(summary, png, out, b)
     for row in summary["conditions"].values():
@@ -436,7 +440,10 @@ def main(argv=None):
         "sizes": asdict(b),
         "machine": f"{os.cpu_count()} cores",
         "estimate_s": total,
-        "seconds_this_invocation": elapsed,
+        # --report-only keeps the training time of the invocation that trained
+        "seconds_this_invocation": elapsed
+        if not args.report_only
+        else previous.get("seconds_this_invocation"),
         "run_dirs": str(out),
         **summary,
         "targets": targets(summary),
