@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -125,7 +126,7 @@ BUDGETS = {
 }
 
 
-def overrides(b: Budget, seed: int, setting: str, reward: str) -> list[str]:
+def overrides(b: Budget, seed: int, setting: str, reward: str, extra: tuple[str, ...] = ()) -> list[str]:
     return [
         f"seed={seed}",
         f"trainer.steps={b.steps}",
@@ -142,6 +143,7 @@ def overrides(b: Budget, seed: int, setting: str, reward: str) -> list[str]:
         "logging.wandb=disabled",
         "logging.progress=false",
         *SETTINGS[setting],
+        *extra,  # --set: last, so they win
     ]
 
 
@@ -355,20 +357,30 @@ def plot(summary: dict, out_png: Path, out: Path, b: Budget) -> None:
 # -- main -----------------------------------------------------------------------------------------
 
 
-def run_all(b: Budget, conditions, out: Path, setting: str, reward: str, final_eval: bool = True) -> None:
+def run_all(
+    b: Budget,
+    conditions,
+    out: Path,
+    setting: str,
+    reward: str,
+    final_eval: bool = True,
+    extra: tuple[str, ...] = (),
+) -> None:
     from pats.spec import load_spec
 
     started = time.perf_counter()
     final_eval = final_eval and b.heldout_tasks > 0  # a budget without a held-out test
     if final_eval:
-        base = load_spec(REPO / CONDITIONS["none"][0], overrides(b, b.seeds[0], setting, reward))
+        base = load_spec(REPO / CONDITIONS["none"][0], overrides(b, b.seeds[0], setting, reward, extra))
         heldout(out / "untrained" / f"heldout_{b.heldout_tasks}.json", b.heldout_tasks, base_spec=base)
         print(f"[{time.perf_counter() - started:6.0f} s] untrained policy evaluated", flush=True)
     for seed in b.seeds:  # seed-major: an interrupted benchmark has whole seeds done first
         for cond in conditions:
-            spec_file, extra = CONDITIONS[cond]
+            spec_file, cond_extra = CONDITIONS[cond]
             run_dir = out / f"{cond}-s{seed}"
-            what = run_condition(spec_file, [*overrides(b, seed, setting, reward), *extra], run_dir)
+            what = run_condition(
+                spec_file, [*overrides(b, seed, setting, reward, extra), *cond_extra], run_dir
+            )
             if final_eval:
                 heldout(run_dir / "report" / f"heldout_{b.heldout_tasks}.json", b.heldout_tasks, run_dir)
             print(f"[{time.perf_counter() - started:6.0f} s] {cond} seed {seed}: {what}", flush=True)
@@ -379,6 +391,14 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="easy", help="hard: 2 rooms, 3 items")
     parser.add_argument(
         "--reward", choices=["win", "score"], default="win", help="score: the game's partial score"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a spec override for every condition, e.g. environment.num_train_tasks=8 (repeatable; named in the "
+        "run directory and result file)",
     )
     parser.add_argument("--out", type=Path, help="run directories (default bench/runs/<bench>/<budget>...)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON result goes")
@@ -392,10 +412,15 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def budget_key(args) -> str:
-    return (
-        args.budget
-        + ("" if args.setting == "easy" else f"-{args.setting}")
-        + ("" if args.reward == "win" else f"-{args.reward}")
+    """Names the run directories and result files: the budget plus whatever departs from the default."""
+    sets = [re.sub(r"[^A-Za-z0-9_]+", "", s.split(".")[-1]) for s in args.set]  # trainer.lr=1e-5 -> lr1e5
+    return "-".join(
+        [
+            args.budget,
+            *([args.setting] if args.setting != "easy" else []),
+            *([args.reward] if args.reward != "win" else []),
+            *sets,
+        ]
     )
 
 
@@ -424,7 +449,7 @@ def main(argv=None):
     )
     started = time.perf_counter()
     if not args.report_only:
-        run_all(b, conditions, out, args.setting, args.reward)
+        run_all(b, conditions, out, args.setting, args.reward, extra=tuple(args.set))
     elapsed = time.perf_counter() - started
     summary = summarize(out, b, conditions)
     text = tables(summary, b)

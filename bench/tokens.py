@@ -86,7 +86,9 @@ def main(argv=None):
     if not args.report_only:
         total, _ = estimate(b, MODES, UnitCosts(turn_s=args.turn_s, decision_s=args.decision_s))
         print(f"budget {key}: runs missing under {out} are trained (all four: at most {total / 3600:.2f} h)")
-        run_all(b, ("pats", *BASELINES), out, args.setting, args.reward, final_eval=False)
+        run_all(
+            b, ("pats", *BASELINES), out, args.setting, args.reward, final_eval=False, extra=tuple(args.set)
+        )
     summary = token_summary(out, b.seeds)
     elapsed = time.perf_counter() - started
     path = write_result(

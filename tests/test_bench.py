@@ -4,6 +4,7 @@ their folder, as `python bench/learning.py` does."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -142,6 +143,22 @@ def test_budget_without_a_heldout_test(tmp_path):
     assert s["conditions"]["pats"]["curve"] == {"steps": [2], "success": [0.5]}
     assert s["comparisons"]["pats-none"]["informative_early_ratio"] == pytest.approx(2.0)
     assert "pats/none, first 20 steps: 2.00" in learning.targets(s)[0]
+
+
+def test_set_overrides_reach_every_condition_and_name_the_run():
+    parser = argparse.ArgumentParser()
+    learning.add_common_args(parser)
+    args = parser.parse_args(
+        ["--budget", "early", "--reward", "score", "--set", "environment.num_train_tasks=8"]
+    )
+    assert learning.budget_key(args) == "early-score-num_train_tasks8"
+    assert learning.budget_key(parser.parse_args(["--budget", "small"])) == "small"
+    o = learning.overrides(learning.BUDGETS["early"], 0, "hard", "score", tuple(args.set))
+    assert o[-1] == "environment.num_train_tasks=8" and "environment.params.numLocations=2" in o
+    from pats.spec import load_spec
+
+    spec = load_spec(common.REPO / common.CONDITIONS["pats"][0], o)
+    assert spec.environment.num_train_tasks == 8 and spec.environment.reward == "score"
 
 
 def test_token_ratios_from_run_directories(tmp_path):
