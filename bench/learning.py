@@ -463,6 +463,7 @@ def main(argv=None):
     result = {
         "budget": key,
         "sizes": asdict(b),
+        "set": args.set,  # --set overrides: they win over the sizes above (e.g. trainer.steps)
         "machine": f"{os.cpu_count()} cores",
         "estimate_s": total,
         # --report-only keeps the training time of the invocation that trained
