@@ -8,7 +8,9 @@ Modes are resolved once, when `build_scaffold_policy` picks a class, never insid
 
 A review never blocks training on a failing reviser: an invalid edit set is retried once with the
 validation errors as feedback, then the rules reviser answers instead (logged as a fallback); a set
-that still fails is refused and the scaffold stays as it was for that task type.
+that still fails is refused and the scaffold stays as it was for that task type. Each type's set is
+checked with the scaffold's one edit validator (`pats.scaffold.validate.validate_edits`), whose rules
+include every rule of `ScaffoldStore.apply`, so nothing the store would refuse leaves the review.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pats.cards import build_cards
 from pats.errors import JudgeError
 from pats.protocols import GroupPlan, Judge, Reviser, TokenCounter
-from pats.reviser.validate import validate_edits
 from pats.scaffold import ScaffoldStore
+from pats.scaffold.validate import validate_edits
 from pats.spec.models import ScaffoldSpec
 from pats.types import (
     EMPTY_VIEW,
@@ -111,9 +113,7 @@ class RevisingScaffold(StaticScaffold):
         entries = self.store.current.entries
         assessments = await self.judge.assess(step, groups, cards, entries)
         over_budget = getattr(self.judge, "over_budget", 0) - over_before
-        outcomes = await asyncio.gather(
-            *(self._revise_type(step, a, cards, deadline) for a in assessments)
-        )
+        outcomes = await asyncio.gather(*(self._revise_type(step, a, cards, deadline) for a in assessments))
         edits: list[Edit] = []
         touched: set[str] = set()
         refused: list[str] = []
@@ -123,7 +123,9 @@ class RevisingScaffold(StaticScaffold):
             for edit in type_edits:
                 target = getattr(edit, "entry_id", None)
                 if target is not None and target in touched:
-                    continue  # two task types edited one shared (general) entry: the first wins
+                    # Two task types edited one shared (general) entry: the first wins, so the merged
+                    # set still edits each entry once, as the store requires.
+                    continue
                 if target is not None:
                     touched.add(target)
                 edits.append(edit)

@@ -1,11 +1,16 @@
-"""Edit-set validation: each rule broken once, with the message fragment it must produce."""
+"""Edit-set validation: each rule broken once, with the message fragment it must produce; and the
+review-level and store-level checks agree (one validator, pats.scaffold.validate)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from pats.reviser import validate_edits
 from pats.reviser.validate import similarity
+from pats.scaffold import EditError, ScaffoldStore
+from pats.scaffold.validate import edit_problems
 from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
@@ -237,3 +242,103 @@ def test_every_problem_is_reported_at_once(check):
         "edit 2 (ADD plan type:coin)",  # another type's scope
         "edit 2 (ADD plan type:coin)",  # empty text
     ]
+
+
+def test_a_plan_is_task_scoped(check):
+    for scope in ("type:twc", "general"):
+        one(
+            check([add("Go to the kitchen, take the apple.", "plan", scope)], E),
+            f"edit 0 (ADD plan {scope}): a plan belongs to one task; scope it 'task:<task id>' (one of "
+            f"'task:t1', 'task:t2'), or make it kind 'skill' to guide every task in scope '{scope}'",
+        )
+    assert check([add("Go to the kitchen, take the apple.", "plan", "task:t2")], E) == []
+    assert check([add("Go to the kitchen, take the apple.", "skill", "type:twc")], E) == []
+
+
+def test_the_store_rules_alone(count_tokens):
+    """`edit_problems` without scopes: what the store checks against its current entries."""
+    assert edit_problems([add("Plan.", "plan", "task:t9"), update("e4", "Coins first.")], ENTRIES) == []
+    problems = edit_problems([add("Plan.", "plan", "type:twc"), delete("e9"), "ADD"], ENTRIES)
+    assert problems == [
+        "edit 0 (ADD plan type:twc): a plan belongs to one task; scope it 'task:<task id>', or make it "
+        "kind 'skill' to guide every task in scope 'type:twc'",
+        "edit 1 (DELETE e9): no entry 'e9' exists; DELETE only ids of the current entries (e1, e2, e3, e4)",
+        "edit 2: a str is not an ADD, UPDATE or DELETE edit",
+    ]
+
+
+# ---- the review refuses every set the store would refuse -------------------------------------------
+
+
+@pytest.fixture
+def store(count_tokens):
+    """A store whose current entries are ENTRIES (same ids, kinds, scopes, texts)."""
+    store = ScaffoldStore(count_tokens, 256)
+    store.seed([AddEdit(kind=e.kind, scope=e.scope, text=e.text) for e in ENTRIES])
+    assert [(e.id, e.scope, e.text) for e in store.current.entries] == [
+        (e.id, e.scope, e.text) for e in ENTRIES
+    ]
+    return store
+
+
+STORE_REFUSES = {
+    "type-scoped plan": [add("For every twc game: take, open, put.", "plan", "type:twc")],
+    "general plan": [add("For every game: look first, then act.", "plan", "general")],
+    "unknown entry": [update("e9", "Open containers.")],
+    "two edits on one entry": [update("e2", "Open containers."), delete("e2")],
+    "empty ADD text": [add("  ", "skill", "type:twc")],
+    "empty UPDATE text": [update("e2", "\n")],
+    "malformed scope": [add(SKILLS[0], scope="types:twc")],
+    "scope with a space": [add(SKILLS[0], scope="task:t 1")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORE_REFUSES))
+@pytest.mark.parametrize("mode", [E, R])
+def test_the_review_refuses_what_the_store_refuses(check, store, name, mode):
+    edits = STORE_REFUSES[name]
+    stored = store.check(edits)
+    assert stored, f"the store should refuse: {name}"
+    with pytest.raises(EditError):
+        store.apply(edits, 1)
+    reviewed = check(edits, mode)
+    assert reviewed, f"the review accepted a set the store refuses: {name}"
+    # The review blames the same edits for it (its messages may say more: the type's scopes and ids).
+    blamed = {p.split(": ")[0] for p in reviewed}
+    assert {p.split(": ")[0] for p in stored} <= blamed, (stored, reviewed)
+
+
+@pytest.mark.parametrize("mode", [E, R, C, P])
+def test_a_set_the_review_accepts_the_store_applies(check, store, mode):
+    assert check(VALID[mode], mode) == []
+    assert store.check(VALID[mode]) == []
+    assert store.apply(VALID[mode], 1).number == 2
+
+
+def test_the_review_never_accepts_what_the_store_refuses_on_random_sets(check, store):
+    """Seeded random edit sets over plausible and broken values: review-valid implies store-valid."""
+    rng = random.Random(15)
+    kinds, scopes = (
+        ["skill", "mistake", "plan"],
+        ["general", "type:twc", "type:coin", "task:t1", "task:k1", "x"],
+    )
+    ids, texts = (
+        ["e1", "e2", "e3", "e4", "e9"],
+        ["", " ", *SKILLS, "Never drop the key.", "Steps: go -> take."],
+    )
+    accepted = 0
+    for _ in range(3000):
+        edits = []
+        for _ in range(rng.randint(1, 3)):
+            op = rng.choice(["ADD", "ADD", "UPDATE", "DELETE"])
+            if op == "ADD":
+                edits.append(add(rng.choice(texts), rng.choice(kinds), rng.choice(scopes)))
+            elif op == "UPDATE":
+                edits.append(update(rng.choice(ids), rng.choice(texts)))
+            else:
+                edits.append(delete(rng.choice(ids)))
+        mode = rng.choice([E, R, C, P])
+        if not check(edits, mode, min_citations=0):
+            accepted += 1
+            assert store.check(edits) == [], edits
+    assert accepted > 50  # the sample reaches accepted sets, not only refused ones

@@ -205,15 +205,17 @@ def test_a_refused_edit_set_lists_every_problem_and_changes_nothing(store):
         store.apply(edits, 2)
     problems = caught.value.problems
     assert problems == [
-        "edit 1 (UPDATE e9): no entry 'e9' in version 1 (its entries: e1, e2)",
-        "edit 3 (UPDATE e1): edit 2 already changes this entry; one edit per entry",
-        "edit 4 (ADD skill types:twc): scope 'types:twc' is not 'general', 'type:<task type>' or "
+        "edit 0 (UPDATE e9): no entry 'e9' exists; UPDATE only ids of the current entries (e1, e2)",
+        "edit 2 (UPDATE e1): entry 'e1' is already edited by edit 1; edit each entry at most once per set",
+        "edit 3 (ADD skill types:twc): scope 'types:twc' is not 'general', 'type:<task type>' or "
         "'task:<task id>' (no spaces in the name)",
-        "edit 5 (ADD skill type:twc): the text is empty; write the guidance, or DELETE the entry",
-        "edit 6 (ADD plan general): a plan belongs to one task; use scope 'task:<task id>'",
-        "edit 7 (ADD skill task:t 1): scope 'task:t 1' is not 'general', 'type:<task type>' or "
+        "edit 4 (ADD skill type:twc): text is empty; write the guidance text, or DELETE instead",
+        "edit 5 (ADD plan general): a plan belongs to one task; scope it 'task:<task id>', or make it "
+        "kind 'skill' to guide every task in scope 'general'",
+        "edit 6 (ADD skill task:t 1): scope 'task:t 1' is not 'general', 'type:<task type>' or "
         "'task:<task id>' (no spaces in the name)",
     ]
+    assert store.check(edits) == problems  # what apply checks, without applying
     assert "6 problems" in str(caught.value)
     assert store.current is before_version
     assert snapshot(store.directory) == before_files

@@ -1,4 +1,5 @@
-"""The training scaffold: the versioned store, its rendering into prompts, and initial banks."""
+"""The training scaffold: the versioned store, its one edit validator, its rendering into prompts, and
+initial banks."""
 
 from pats.scaffold.bank import load_bank
 from pats.scaffold.render import render_markdown, render_view, with_scaffold

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pats.errors import PatsError, PrerequisiteError
-from pats.scaffold.store import scope_problem
+from pats.scaffold.validate import scope_problem
 from pats.types import AddEdit
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,12 @@ atomically (temp file in the same folder, fsync, os.replace), so a crash leaves 
 `current.md` renders the current version for people browsing a run; `task_types.json` keeps the task
 id -> type map that `entries_for_type` needs, so a resumed run counts task-scoped entries per type.
 
+The rules an edit set must meet are `pats.scaffold.validate.edit_problems`, the same ones the review
+checks first (`check` returns them); a set that breaks one raises EditError and changes nothing.
+
 Departures from the published method: version 0 (no entries) is implicit and never written; a `plan`
-entry must be task-scoped (the method defines a plan as one task's step plan); entry ids are `e<N>`
-with N never reused, even after a rollback.
+entry must be task-scoped (see pats.scaffold.validate); entry ids are `e<N>` with N never reused,
+even after a rollback.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from pats.errors import PatsError
 from pats.fileio import write_atomic
 from pats.protocols import TokenCounter
 from pats.scaffold.render import render_markdown, render_view
+from pats.scaffold.validate import edit_problems
 from pats.types import (
     AddEdit,
-    DeleteEdit,
     Edit,
     ScaffoldEntry,
     ScaffoldVersion,
@@ -64,17 +67,6 @@ def content_hash(entries: Iterable[ScaffoldEntry]) -> str:
     )
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
-
-
-def scope_problem(scope: str) -> str | None:
-    """Why `scope` is not `general`, `type:<task type>` or `task:<task id>`; None when it is."""
-    if scope == "general":
-        return None
-    for prefix in ("type:", "task:"):
-        name = scope[len(prefix) :] if scope.startswith(prefix) else ""
-        if name and not any(c.isspace() for c in name):
-            return None
-    return f"scope {scope!r} is not 'general', 'type:<task type>' or 'task:<task id>' (no spaces in the name)"
 
 
 def _version_files(directory: Path) -> list[tuple[int, Path]]:
@@ -212,7 +204,7 @@ class ScaffoldStore:
         edits = list(edits)
         if not edits:
             return self.current
-        problems = self._problems(edits)
+        problems = self.check(edits)
         if problems:
             raise EditError(problems)
         entries = {e.id: e for e in self.current.entries}  # dicts keep order: new entries go last
@@ -262,39 +254,13 @@ class ScaffoldStore:
             raise EditError(not_adds)
         return self.apply(entries, step)
 
-    def _problems(self, edits: Sequence[Edit]) -> list[str]:
-        current = self.current
-        known = {e.id for e in current.entries}
-        known_list = ", ".join(e.id for e in current.entries[:30]) or "none"
-        if len(current.entries) > 30:
-            known_list += ", ..."
-        changed: dict[str, int] = {}  # entry id -> the edit that changes it
-        problems: list[str] = []
-        for i, edit in enumerate(edits, 1):
-            if isinstance(edit, AddEdit):
-                label = f"edit {i} (ADD {edit.kind} {edit.scope})"
-                if problem := scope_problem(edit.scope):
-                    problems.append(f"{label}: {problem}")
-                elif edit.kind == "plan" and not edit.scope.startswith("task:"):
-                    problems.append(f"{label}: a plan belongs to one task; use scope 'task:<task id>'")
-            elif isinstance(edit, (UpdateEdit, DeleteEdit)):
-                label = f"edit {i} ({edit.op} {edit.entry_id})"
-                if edit.entry_id not in known:
-                    problems.append(
-                        f"{label}: no entry {edit.entry_id!r} in version {current.number} (its entries: {known_list})"
-                    )
-                if edit.entry_id in changed:
-                    problems.append(
-                        f"{label}: edit {changed[edit.entry_id]} already changes this entry; one edit per entry"
-                    )
-                else:
-                    changed[edit.entry_id] = i
-            else:
-                problems.append(f"edit {i}: a {type(edit).__name__} is not an ADD, UPDATE or DELETE edit")
-                continue
-            if isinstance(edit, (AddEdit, UpdateEdit)) and not edit.text.strip():
-                problems.append(f"{label}: the text is empty; write the guidance, or DELETE the entry")
-        return problems
+    def check(self, edits: Sequence[Edit]) -> list[str]:
+        """Every problem that keeps `edits` from becoming the next version (empty: `apply` accepts it).
+
+        The rules are `pats.scaffold.validate.edit_problems`, the ones the review checks each task
+        type's set against first, so a set the review accepted is accepted here.
+        """
+        return edit_problems(edits, self.current.entries)
 
     def _commit(self, entries: tuple[ScaffoldEntry, ...], step: int) -> ScaffoldVersion:
         parent = self.current
