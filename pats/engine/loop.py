@@ -1,8 +1,9 @@
 """The training loop of DESIGN.md, one screen: rollout -> (review || update) -> apply -> log.
 
 The review of step t runs concurrently with the policy update of step t (both on the same groups);
-its edits are applied before step t+1 pins its views. Components are built from the spec before the
-loop starts (pats.engine.build), so nothing here branches on a mode.
+its edits are applied before step t+1 pins its views; a set the store refuses is logged as refused
+(`review/store_refused`) and training goes on with the current scaffold version. Components are built
+from the spec before the loop starts (pats.engine.build), so nothing here branches on a mode.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pats.errors import TrainingError
 from pats.logging.events import EventLog, write_review
 from pats.protocols import MetricSink, PolicyBackend
 from pats.review import NoScaffold
+from pats.scaffold import EditError
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, RolloutGroup, Task
+from pats.types import EMPTY_VIEW, ReviewResult, RolloutGroup, ScaffoldVersion, Task
 
 
 @dataclass
@@ -51,12 +53,13 @@ class Engine:
             await self._check_update(step, stats, review)
             t2 = time.perf_counter()
             result, review_s, review_end = await review
-            version = self.scaffold.apply(result, step)
+            result, version, store_refused = self._apply(result, step)
             t3 = time.perf_counter()
             metrics = {
                 **group_metrics(groups),
                 **stats,
                 **review_metrics(result),
+                "review/store_refused": store_refused,
                 **scaffold_metrics(self.scaffold.store.current if self.scaffold.store else None),
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
@@ -88,6 +91,18 @@ class Engine:
                 "trainer.lr or trainer.max_grad_norm, trainer.autocast_bf16=false, or check the "
                 "rewards for NaN; then `pats run --resume` the run directory"
             )
+
+    def _apply(self, result: ReviewResult, step: int) -> tuple[ReviewResult, ScaffoldVersion | None, float]:
+        """The review's edits as the next version. A set the store refuses (the review checks the same
+        rules first, so this is a bug, not a bad answer) is dropped and logged as refused, and training
+        goes on with the current version: a review never stops the run."""
+        try:
+            return result, self.scaffold.apply(result, step), 0.0
+        except EditError as err:
+            note = "the store refused the step's edit set, the scaffold stays as it was: " + "; ".join(
+                err.problems
+            )
+            return result.model_copy(update={"edits": (), "refused": (*result.refused, note)}), None, 1.0
 
     async def _timed(self, review):
         start = time.perf_counter()
