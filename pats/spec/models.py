@@ -208,6 +208,11 @@ class LocalTrainerSpec(_TrainerCommon):
     autocast_bf16: bool = Field(True, description="bf16 autocast for forward passes where supported.")
     micro_batch: int = Field(4, ge=1, description="Episodes per backward pass (gradient accumulation).")
     logprob_chunk: int = Field(256, ge=16, description="Tokens per chunk when computing log-probs.")
+    rollout_batching: bool = Field(
+        True,
+        description="Score mode: score all live episodes of a turn in a few batched passes, each system "
+        "prompt computed once per rollout; false scores one episode at a time (the older, slower path).",
+    )
 
 
 class VerlTrainerSpec(_TrainerCommon):

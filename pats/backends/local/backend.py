@@ -1,8 +1,9 @@
 """The local PolicyBackend: batched multi-turn episodes on real environments, GRPO updates.
 
 All episodes of a step advance together, one turn at a time: the policy acts for every live episode
-(score mode: one shared-prefix scoring pass per episode; generate mode: one batched `generate` over
-all of them), then every environment steps concurrently. Each rollout keeps its training items
+(score mode: all episodes' candidates scored in a few batched passes, each system prompt computed
+once per rollout, or one scoring pass per episode; generate mode: one batched `generate` over all of
+them), then every environment steps concurrently. Each rollout keeps its training items
 (ChoiceItem / TrainItem) beside it, keyed by rollout id, until `update` turns the group's rewards into
 advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
 window (as verl-agent), not a growing chat; each item is weighted 1 / turns so every episode counts
@@ -20,6 +21,7 @@ import torch
 
 from pats.backends.local.grpo import group_advantages
 from pats.backends.local.policy import LocalPolicy
+from pats.backends.local.scoring import PrefixStore
 from pats.backends.local.training import ChoiceItem, TrainItem
 from pats.envs.prompting import instructions, parse_action, render_prompt
 from pats.errors import EnvironmentFault
@@ -115,11 +117,12 @@ class LocalBackend:
             Episode(rid, task, view, env) for (rid, task, view), env in zip(specs, self.envs, strict=False)
         ]
         await asyncio.gather(*(self._reset(e) for e in episodes))
+        prefixes = PrefixStore()  # system-prompt keys/values, valid while the weights stay the same
         for _ in range(self.spec.environment.max_turns):
             live = [e for e in episodes if not e.done]
             if not live:
                 break
-            actions = self._act(live, greedy)
+            actions = self._act(live, greedy, prefixes)
             await asyncio.gather(*(self._step(e, a) for e, a in zip(live, actions, strict=True)))
         return episodes
 
@@ -129,7 +132,8 @@ class LocalBackend:
         except EnvironmentFault as err:
             ep.done, ep.error = True, f"reset failed: {err}"
 
-    def _prompt_ids(self, ep: Episode, admissible) -> list[int]:
+    def _prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:
+        """(system, user): the system part (instructions, scaffold, task) is the same every turn."""
         parts = render_prompt(
             self.instructions,
             ep.state.task_description,
@@ -138,27 +142,32 @@ class LocalBackend:
             admissible,
             self.spec.environment.history_window,
         )
-        return self.policy.chat_ids(with_scaffold(parts.system, ep.view), parts.user)
+        return with_scaffold(parts.system, ep.view), parts.user
 
-    def _act(self, live: list[Episode], greedy: bool) -> list[tuple[str, str, bool, str, int, int]]:
-        """(action, raw output, valid, reason, prompt tokens, response tokens) per live episode."""
+    def _prompt_ids(self, ep: Episode, admissible) -> list[int]:
+        return self.policy.chat_ids(*self._prompt_parts(ep, admissible))
+
+    def _act(
+        self, live: list[Episode], greedy: bool, prefixes: PrefixStore | None = None
+    ) -> list[tuple[str, str, bool, str, int, int]]:
+        """(action, raw output, valid, reason, prompt tokens, response tokens) per live episode.
+        Score mode scores all live episodes together (`trainer.rollout_batching`), their system
+        prompts' keys/values kept in `prefixes` across turns; or one episode at a time."""
         if self.spec.policy.action == "score":
+            actions = [list(ep.state.admissible) for ep in live]
+            parts = [self._prompt_parts(ep, a) for ep, a in zip(live, actions, strict=True)]
+            if self.policy.trainer.rollout_batching:
+                split = [self.policy.chat_split(system, user) for system, user in parts]
+                prompts = [head + rest for head, rest in split]
+                chosen = [i for i, _ in self.policy.choose_batch(split, actions, greedy, prefixes)]
+            else:
+                prompts = [self.policy.chat_ids(system, user) for system, user in parts]
+                chosen = [self.policy.choose(p, a, greedy)[0] for p, a in zip(prompts, actions, strict=True)]
             out = []
-            for ep in live:
-                actions = list(ep.state.admissible)
-                prompt = self._prompt_ids(ep, actions)
-                index, _ = self.policy.choose(prompt, actions, greedy)
-                ep.items.append((prompt, actions, index))
-                out.append(
-                    (
-                        actions[index],
-                        actions[index],
-                        True,
-                        "",
-                        len(prompt),
-                        len(self.policy.action_ids(actions[index])),
-                    )
-                )
+            for ep, prompt, acts, index in zip(live, prompts, actions, chosen, strict=True):
+                ep.items.append((prompt, acts, index))
+                action = acts[index]
+                out.append((action, action, True, "", len(prompt), len(self.policy.action_ids(action))))
             return out
         prompts = [self._prompt_ids(ep, list(ep.state.admissible) or None) for ep in live]
         outputs = self.policy.generate(prompts, self.spec.policy.max_new_tokens, greedy)

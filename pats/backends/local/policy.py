@@ -4,8 +4,9 @@ Two ways to act, picked by `policy.action`:
 - `score_actions` / `choose`: the policy's distribution over the environment's admissible actions is
   softmax(score / temperature), a score being the sum or mean of the action's token log-probs given
   the prompt (the action's text followed by the end-of-turn token). The prompt runs once and its KV
-  cache is shared by the candidates (scoring.py). A 135M model cannot free-generate valid actions but
-  ranks them well once scores are length-normalized (notes/facts.md);
+  cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
+  together, their shared system prefix computed once. A 135M model cannot free-generate valid
+  actions but ranks them well once scores are length-normalized (notes/facts.md);
 - `generate`: batched sampling with left padding, temperature and top-p.
 Training (`update`) lives in training.py. The reference policy for the KL term is the same model with
 its LoRA adapter disabled, or a frozen copy under full fine-tuning (kept only when kl_coef > 0).
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor
 
 from pats.backends.local import grpo
-from pats.backends.local.scoring import score_candidates
+from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import ChoiceItem, TrainItem, run_update
 from pats.errors import BackendError
 from pats.models.files import resolve_model_dir
@@ -122,6 +123,21 @@ class LocalPolicy:
             )
         )
 
+    def chat_split(self, system: str, user: str) -> tuple[list[int], list[int]]:
+        """`chat_ids(system, user)` cut where the system message ends: (system part, the rest).
+        The system part is the template of the system message alone, used only where the full
+        prompt really starts with it (ChatML ends it with special tokens, so no BPE merge crosses
+        the cut); otherwise the system part is empty and the rest is the whole prompt."""
+        full = self.chat_ids(system, user)
+        head = list(
+            self.tokenizer.apply_chat_template(
+                [{"role": "system", "content": system}], tokenize=True, return_dict=False
+            )
+        )
+        if 0 < len(head) < len(full) and full[: len(head)] == head:
+            return head, full[len(head) :]
+        return [], full
+
     def action_ids(self, action: str) -> list[int]:
         """An action as the assistant writes it: its tokens, then the end-of-turn (eos) token.
         Tokenized alone; the template puts a newline before it, so no BPE merge crosses the seam."""
@@ -174,9 +190,38 @@ class LocalPolicy:
 
     def choose(self, prompt_ids: Sequence[int], actions: Sequence[str], greedy: bool) -> tuple[int, Tensor]:
         """(index of the chosen action, the distribution it was drawn from (K,))."""
-        probs = grpo.action_distribution(
-            self.score_actions(prompt_ids, actions).double(), self.spec.temperature
-        )
+        return self._pick(self.score_actions(prompt_ids, actions), greedy)
+
+    @torch.no_grad()
+    def choose_batch(
+        self,
+        prompts: Sequence[tuple[Sequence[int], Sequence[int]]],
+        actions: Sequence[Sequence[str]],
+        greedy: bool,
+        store: PrefixStore | None = None,
+    ) -> list[tuple[int, Tensor]]:
+        """`choose` for many decisions at once: prompts as (shared prefix, rest) from `chat_split`.
+        All are scored in as few forward passes as the batch size allows, each prefix computed once
+        (and kept in `store` for later turns: a store is valid only while the weights stay the same);
+        then one draw per decision, in order, so the generator is used as `choose` one by one would."""
+        if not supports_batching(self.model):
+            return [self.choose([*h, *r], a, greedy) for (h, r), a in zip(prompts, actions, strict=True)]
+        with self.autocast_context():
+            scores = score_batch(
+                self.model,
+                PrefixStore() if store is None else store,
+                [h for h, _ in prompts],
+                [r for _, r in prompts],
+                [[self.action_ids(a) for a in acts] for acts in actions],
+                pad_id=self.pad_id,
+                chunk=self.trainer.logprob_chunk,
+                normalization=self.spec.score_normalization,
+            )
+        return [self._pick(s.float().cpu(), greedy) for s in scores]
+
+    def _pick(self, scores: Tensor, greedy: bool) -> tuple[int, Tensor]:
+        """(chosen index, distribution) from a decision's scores (K,): argmax or one seeded draw."""
+        probs = grpo.action_distribution(scores.double(), self.spec.temperature)
         if greedy:
             return int(probs.argmax()), probs.float()
         return int(torch.multinomial(probs, 1, generator=self.generator)), probs.float()

@@ -5,6 +5,12 @@ own hidden states, from one batched forward over the prompt's cache repeated per
 the rest. The repeated cache costs K x P cached rows (SmolLM2-135M: 46 KB per row in fp32), so
 without gradients candidates go in passes of at most CACHE_ROWS // P; with gradients (training) all
 K run in one pass, as the softmax over candidates couples them.
+
+`score_batch` does the same for all live episodes of a rollout turn, without gradients: each
+episode's system prompt comes from a `PrefixStore` (computed once per rollout), and the episodes'
+remaining prompts and candidates are packed into the rows of one forward pass, kept apart by an
+attention mask. At batch 1 the matmuls are too small to use a CPU well; packed, they have
+thousands of rows.
 """
 
 from __future__ import annotations
@@ -65,3 +71,251 @@ def score_candidates(
         logprobs = grpo.hidden_logprobs(hidden, part_ids, head, chunk)  # (n, L)
         scores.append(grpo.sequence_score(logprobs, part_mask, normalization))
     return torch.cat(scores)  # (K,)
+
+
+# -- batched scoring for rollouts ---------------------------------------------------------------
+
+BATCH_TOKENS = 8192  # tokens (rows x row width) per forward pass when scoring a batch
+PAD, PROMPT = -1, 0  # segment ids of a row's tokens; candidate k of an episode is segment k + 1
+
+
+class PrefixStore:
+    """Keys and values of shared prompt prefixes (the system message: instructions, scaffold, task),
+    each computed once and reused by every episode and turn that starts with it.
+
+    Valid for one set of weights and one autocast setting: make a new store for every rollout. Only
+    the prefixes asked for by the latest `ensure` are kept, so an episode's prefix is dropped once
+    the episode has ended.
+    """
+
+    def __init__(self) -> None:
+        self.kv: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = {}  # ids -> per layer (1, h, S, d)
+
+    def ensure(self, decoder, prefixes: Sequence[tuple[int, ...]]) -> None:
+        """Compute the prefixes not stored yet in one batched pass (right padding); forget the rest."""
+        from transformers import DynamicCache
+
+        wanted = set(prefixes)
+        self.kv = {p: kv for p, kv in self.kv.items() if p in wanted}
+        missing = sorted(p for p in wanted if p and p not in self.kv)
+        if not missing:
+            return
+        device = decoder.get_input_embeddings().weight.device
+        longest = max(len(p) for p in missing)
+        ids = torch.zeros((len(missing), longest), dtype=torch.long, device=device)  # (n, S)
+        mask = torch.zeros_like(ids)  # (n, S)
+        for i, p in enumerate(missing):
+            ids[i, : len(p)] = torch.tensor(p, device=device)
+            mask[i, : len(p)] = 1
+        cache = DynamicCache(config=decoder.config)
+        decoder(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+        for i, p in enumerate(missing):
+            self.kv[p] = [
+                (layer.keys[i : i + 1, :, : len(p)].clone(), layer.values[i : i + 1, :, : len(p)].clone())
+                for layer in cache.layers
+            ]
+
+    def stack(self, decoder, rows: Sequence[Sequence[tuple[int, ...]]]):
+        """(cache, spans): per row, its distinct prefixes one after another, rows right-padded to the
+        longest; spans[r][prefix] = (first, end) key column of that prefix in row r. Keys were
+        rotated at their own positions, so where they sit in the cache does not matter."""
+        from transformers import DynamicCache
+
+        spans: list[dict[tuple[int, ...], tuple[int, int]]] = []
+        for prefixes in rows:
+            at, span = 0, {}
+            for p in dict.fromkeys(p for p in prefixes if p):  # distinct, in order
+                span[p] = (at, at + len(p))
+                at += len(p)
+            spans.append(span)
+        width = max((end for span in spans for _, end in span.values()), default=0)
+        if width == 0:
+            return None, spans
+        some = next(iter(s for span in spans for s in span))
+        cache = DynamicCache(config=decoder.config)
+        for layer in range(len(self.kv[some])):
+            pair = []
+            for part in (0, 1):  # keys, values
+                first = self.kv[some][layer][part]  # (1, h, S, d)
+                block = first.new_zeros((len(rows), first.shape[1], width, first.shape[3]))  # (R, h, S, d)
+                for r, span in enumerate(spans):
+                    for p, (start, end) in span.items():
+                        block[r, :, start:end] = self.kv[p][layer][part][0]
+                pair.append(block)
+            cache.update(pair[0], pair[1], layer)
+        return cache, spans
+
+
+def supports_batching(model) -> bool:
+    """Batched scoring builds its own attention masks, which know nothing of sliding windows."""
+    config = model.config.get_text_config()
+    return getattr(config, "sliding_window", None) is None and "sliding_attention" not in (
+        getattr(config, "layer_types", None) or ()
+    )
+
+
+def score_batch(
+    model,
+    store: PrefixStore,
+    prefixes: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    chunk: int,
+    normalization: Literal["mean", "sum"],
+) -> list[Tensor]:
+    """`score_candidates` for many prompts at once, without gradients: one score vector (K_b,) each.
+
+    Prompt b is prefixes[b] + prompts[b]; the prefix's keys/values come from `store` (computed
+    once), the rest runs here. An episode's tokens are the rest of its prompt followed by all of
+    its candidates one after another, and several episodes are packed into one row. An attention
+    mask lets every token see its own prefix, its own prompt and its own candidate's earlier tokens
+    only, and position ids continue the prompt, so each candidate is scored as if it directly
+    followed its prompt. One forward pass thus scores every candidate of many episodes, with
+    thousands of rows per matmul instead of one prompt's worth, and little padding.
+    """
+    if any(not c for c in candidates):
+        raise ValueError("no candidate actions to score")
+    if any(not r for r in prompts):
+        raise ValueError("each prompt needs a token after its prefix to predict the first candidate token")
+    # Identical decisions (a group's episodes all start from the same prompt) are scored once.
+    decisions = [
+        (tuple(h), tuple(r), tuple(map(tuple, c)))
+        for h, r, c in zip(prefixes, prompts, candidates, strict=True)
+    ]
+    unique = list(dict.fromkeys(decisions))
+    if len(unique) < len(decisions):
+        scores = score_batch(
+            model,
+            store,
+            [h for h, _, _ in unique],
+            [r for _, r, _ in unique],
+            [c for _, _, c in unique],
+            pad_id=pad_id,
+            chunk=chunk,
+            normalization=normalization,
+        )
+        of = dict(zip(unique, scores, strict=True))
+        return [of[d] for d in decisions]
+    decoder = model.get_decoder()
+    keys = [tuple(p) for p in prefixes]
+    store.ensure(decoder, keys)
+    lengths = list(map(_length, prompts, candidates))
+    width = max(lengths)
+    rows = _pack(lengths, keys, width)
+    scores: dict[int, Tensor] = {}
+    per_pass = max(1, BATCH_TOKENS // width)
+    for start in range(0, len(rows), per_pass):
+        part = rows[start : start + per_pass]
+        cache, spans = store.stack(decoder, [[keys[e] for e in row] for row in part])
+        scores |= _score_pass(
+            model, cache, spans, part, keys, prompts, candidates, width,
+            pad_id=pad_id, chunk=chunk, normalization=normalization,
+        )  # fmt: skip
+    return [scores[e] for e in range(len(prompts))]
+
+
+def _length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
+    """Tokens an episode takes in a row: the rest of its prompt, then every candidate."""
+    return len(rest) + sum(len(c) for c in candidates)
+
+
+def _pack(lengths: Sequence[int], prefixes: Sequence[tuple[int, ...]], width: int) -> list[list[int]]:
+    """Episodes into rows of `width` tokens, longest first, each into the first row with room, rows
+    that already hold its prefix tried first (fewer prefixes per row, fewer keys to attend to)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for e in sorted(range(len(lengths)), key=lambda e: -lengths[e]):
+        order = sorted(range(len(rows)), key=lambda r: prefixes[e] not in {prefixes[x] for x in rows[r]})
+        fits = [r for r in order if room[r] >= lengths[e]]
+        if fits:
+            rows[fits[0]].append(e)
+            room[fits[0]] -= lengths[e]
+        else:
+            rows.append([e])
+            room.append(width - lengths[e])
+    return rows
+
+
+def _score_pass(
+    model, cache, spans, rows, prefixes, prompts, candidates, width, *, pad_id, chunk, normalization
+):
+    """One forward pass over packed rows; see `score_batch`. {episode: scores (K_e,)}"""
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    device = head.weight.device
+    shape = (len(rows), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)  # (R, W)
+    positions = torch.zeros(shape, dtype=torch.long)  # (R, W)
+    episode = torch.full(shape, PAD, dtype=torch.long)  # (R, W): which episode a token belongs to
+    segment = torch.full(shape, PAD, dtype=torch.long)  # (R, W): its prompt or one of its candidates
+    first = torch.zeros(shape, dtype=torch.long)  # (R, W): key columns [first, end) hold its prefix
+    end = torch.zeros(shape, dtype=torch.long)  # (R, W)
+    # Per candidate token: (row, column of the state that predicts it, token, candidate, index in it).
+    at_row, at_col, targets, owner, index = [], [], [], [], []
+    order = []  # (episode, its number of candidates), in the order their candidates are numbered
+    numbered = 0  # candidates numbered so far
+    for r, row in enumerate(rows):
+        col = 0
+        for e in row:
+            p, rest = len(prefixes[e]), prompts[e]
+            span = spans[r].get(prefixes[e], (0, 0))
+            n = _length(rest, candidates[e])
+            episode[r, col : col + n] = e
+            first[r, col : col + n], end[r, col : col + n] = span
+            ids[r, col : col + len(rest)] = torch.tensor(list(rest))
+            positions[r, col : col + len(rest)] = torch.arange(p, p + len(rest))
+            segment[r, col : col + len(rest)] = PROMPT
+            last, col = col + len(rest) - 1, col + len(rest)  # the prompt's last token predicts token 0
+            for k, cand in enumerate(candidates[e]):
+                ids[r, col : col + len(cand)] = torch.tensor(list(cand))
+                positions[r, col : col + len(cand)] = torch.arange(p + len(rest), p + len(rest) + len(cand))
+                segment[r, col : col + len(cand)] = k + 1
+                for j, token in enumerate(cand):  # token j is predicted by the state before it
+                    at_row.append(r)
+                    at_col.append(last if j == 0 else col + j - 1)
+                    targets.append(token)
+                    owner.append(numbered + k)
+                    index.append(j)
+                col += len(cand)
+            order.append((e, len(candidates[e])))
+            numbered += len(candidates[e])
+
+    seen = torch.arange(width)
+    causal = seen[None, :] <= seen[:, None]  # (W, W): key j <= query i
+    same = (episode[:, None, :] == episode[:, :, None]) & (episode[:, None, :] != PAD)  # (R, W, W)
+    visible = (segment[:, None, :] == PROMPT) | (segment[:, None, :] == segment[:, :, None])
+    allowed = (causal & same & visible) | torch.eye(width, dtype=torch.bool)  # padding sees itself
+    if cache is not None:
+        column = torch.arange(cache.get_seq_length())  # (S,)
+        on_prefix = (first[..., None] <= column) & (column < end[..., None])  # (R, W, S)
+        allowed = torch.cat([on_prefix, allowed], dim=2)  # (R, W, S + W)
+    mask = _attention_mask(model, allowed[:, None].to(device))  # (R, 1, W, S + W)
+
+    hidden = decoder(
+        input_ids=ids.to(device),
+        attention_mask=mask,
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=cache is not None,
+    ).last_hidden_state  # (R, W, H)
+    picked = hidden[torch.tensor(at_row, device=device), torch.tensor(at_col, device=device)]  # (M, H)
+    targets = torch.tensor(targets, device=device)  # (M,)
+    logprobs = grpo.hidden_logprobs(picked[None], targets[None], head, chunk)[0]  # (M,)
+    where = (torch.tensor(owner, device=device), torch.tensor(index, device=device))
+    table = torch.zeros((numbered, max(index) + 1), dtype=logprobs.dtype, device=device)
+    table[where] = logprobs  # (C, L): each candidate's token log-probs, left-aligned
+    filled = torch.zeros_like(table, dtype=torch.long)  # (C, L)
+    filled[where] = 1
+    scores = grpo.sequence_score(table, filled, normalization)  # (C,)
+    return dict(zip([e for e, _ in order], scores.split([c for _, c in order]), strict=True))
+
+
+def _attention_mask(model, allowed: Tensor) -> Tensor:
+    """A boolean mask (True = attend) for SDPA; an additive float mask for eager attention."""
+    if model.config._attn_implementation == "sdpa":
+        return allowed
+    dtype = model.get_output_embeddings().weight.dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
