@@ -73,6 +73,7 @@ def test_outcome_mixed(mixed, count_tokens):
         "turns_mean": 4.25,
         "prompt_tokens_mean": 425.0,
         "response_tokens_mean": 42.5,
+        "winning_actions": ["go north", "take key", "open door"],
     }
     assert card.id == "c3-t1-outcome"
     assert (card.step, card.task_id, card.task_type, card.scaffold_version) == (3, "t1", "twc", "v1")
@@ -80,6 +81,7 @@ def test_outcome_mixed(mixed, count_tokens):
     assert card.text.splitlines()[0] == "[c3-t1-outcome] task t1 (twc) | scaffold v1"
     assert "successes 1 (rate 0.25)" in card.text
     assert "std 0.433" in card.text
+    assert "won with: go north | take key | open door" in card.text
 
 
 def test_outcome_all_failed_and_all_passed(count_tokens):

@@ -43,8 +43,9 @@ def failure(task_id: str, counts: dict[str, int], examples: list[dict]) -> Evide
     return card(task_id, "failure", {"counts": counts, "examples": examples, "failed_rollouts": 4})
 
 
-def utility(task_id: str, delta: float) -> EvidenceCard:
-    return card(task_id, "utility", {"n_with": 3, "n_without": 1, "delta": delta})
+def utility(task_id: str, delta: float, with_: float = 0.0, without: float = 0.0, n_with=3, n_without=1):
+    data = {"n_with": n_with, "n_without": n_without, "success_with": with_, "success_without": without}
+    return card(task_id, "utility", data | {"delta": delta})
 
 
 def entry(id: str, scope: str, text: str, kind: str = "skill", step: int = 0, tokens: int = 10):
@@ -71,6 +72,10 @@ REPEATS = [
 ]  # fmt: skip
 PLAN_T1 = "Steps that worked: take shirt -> open washer -> put shirt in washer"
 REPEAT_MISTAKE = "Do not repeat 'look around': if an action changed nothing, try a different one."
+FAMILY_T1 = (
+    "How twc games were won (1 of 1 won games; <object> and <place> stand for this game's own): "
+    "take <object> -> open <object> -> put <object> in <place>"
+)
 
 
 @pytest.fixture
@@ -98,12 +103,56 @@ def test_satisfies_the_reviser_protocol():
     assert isinstance(RulesReviser(removal=True, min_citations=2), Reviser)
 
 
-async def test_plan_from_a_mixed_group(valid):
+async def test_family_pattern_and_plan_from_a_mixed_group(valid):
     edits = await RulesReviser(True, 2).revise(3, assess(E), MIXED, [])
     assert edits == [
-        AddEdit(kind="plan", scope="task:t1", text=PLAN_T1, cites=("c3-t1-contrast", "c3-t1-outcome"))
+        AddEdit(kind="skill", scope="type:twc", text=FAMILY_T1, cites=("c3-t1-outcome", "c3-t1-contrast")),
+        AddEdit(kind="plan", scope="task:t1", text=PLAN_T1, cites=("c3-t1-contrast", "c3-t1-outcome")),
     ]
     valid(edits, E, MIXED, [])
+
+
+async def test_plans_without_the_contrast_card():
+    """The contrast ablation must not turn plans off: the outcome card carries the winning actions."""
+    won = card("t1", "outcome", {"n": 4, "success_rate": 0.5, "winning_actions": WASHER})
+    edits = await RulesReviser(True, 2).revise(3, assess(E), [won, utility("t1", 0.0)], [])
+    assert [(e.kind, e.scope, e.text) for e in edits] == [
+        ("skill", "type:twc", FAMILY_T1),
+        ("plan", "task:t1", PLAN_T1),
+    ]
+
+
+async def test_type_scoped_guidance_names_no_object_of_a_single_game(valid):
+    """Three games with their own objects and one shared container: every type-scoped ADD keeps the
+    shared word and none of the words that belong to one game."""
+    games = {
+        "t1": ["take red shirt", "open wardrobe", "put red shirt in wardrobe"],
+        "t2": ["take black pepper", "put black pepper in shelf"],
+        "t3": ["take long coat", "open wardrobe", "put long coat in wardrobe"],
+    }
+    loop = "take makeup kit | put makeup kit in bed"
+    cards = [
+        outcome("t1", 0.25),
+        contrast("t1", games["t1"]),
+        outcome("t3", 0.5),
+        contrast("t3", games["t3"]),
+    ]
+    cards += [
+        outcome("t2", 0.0),
+        contrast("t2", games["t2"], best_success=False),
+        failure("t2", {"loop": 3}, [{"mode": "loop", "rollout_id": "r1", "turn": 2, "excerpt": loop}]),
+    ]
+    edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
+    typed = [e.text for e in edits if e.scope == "type:twc"]
+    assert [e.kind for e in edits if e.scope == "type:twc"] == ["skill", "mistake"]
+    one_game = ["red shirt", "black pepper", "shelf", "long coat", "makeup kit", "bed"]
+    for text in typed:
+        assert not [w for w in one_game if w in text], text
+    # Both wins share the pattern, and 'wardrobe', seen in two games, is the family's own word.
+    assert typed[0].endswith("(2 of 2 won games; <object> and <place> stand for this game's own): "
+                             "take <object> -> open wardrobe -> put <object> in wardrobe")  # fmt: skip
+    assert "take <object> | put <object> in <place>" in typed[1]
+    valid(edits, E, cards, [])
 
 
 async def test_mistake_from_an_all_failed_group_with_repeated_actions(valid):
@@ -120,13 +169,14 @@ async def test_guidance_for_a_failing_type_within_revise_budget(valid):
     cards = MIXED + REPEATS + [outcome("t3", 0.75), contrast("t3", ["open door", "go east"])]
     cards += [outcome("k1", 0.5, "coin"), contrast("k1", ["take coin"], task_type="coin")]  # another type
     edits = await RulesReviser(True, 2).revise(3, assess(R), cards, [])
-    # One plan (the rarer success: t1 at 0.5 before t3 at 0.75) and one mistake; nothing for coin.
-    assert [(e.kind, e.scope) for e in edits] == [("plan", "task:t1"), ("mistake", "type:twc")]
+    # One skill (the family pattern comes first: it reaches other games) and one mistake; nothing
+    # for coin. EXPAND adds the plan of the rarer success (t1 at 0.5 before t3 at 0.75).
+    assert [(e.kind, e.scope) for e in edits] == [("skill", "type:twc"), ("mistake", "type:twc")]
     valid(edits, R, cards, [])
     edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
     assert [(e.kind, e.scope) for e in edits] == [
+        ("skill", "type:twc"),
         ("plan", "task:t1"),
-        ("plan", "task:t3"),
         ("mistake", "type:twc"),
     ]
     valid(edits, E, cards, [])
@@ -140,8 +190,9 @@ async def test_no_near_duplicates_and_no_second_plan():
     edits = await RulesReviser(True, 2).revise(3, assess(E), MIXED + REPEATS, entries)
     # The repeat lesson is there already, so the next failure mode (the loop) gives the mistake.
     assert [(e.kind, e.text) for e in edits] == [
-        ("mistake", "Do not cycle through the same actions (go north | go south); from a state you have seen, "
-         "try something new.")
+        ("skill", FAMILY_T1),
+        ("mistake", "Do not cycle through the same actions (go <direction> | go <direction>); from a state "
+         "you have seen, try something new.")
     ]  # fmt: skip
 
 
@@ -150,19 +201,21 @@ async def test_expert_plan_when_nothing_succeeded(valid):
     departure = {"rollout_id": "r1", "turn": 1, "expected": "open fridge", "taken": "look around"}
     cards = [*REPEATS, card("t2", "expert", {"plan": plan, "first_departure": departure})]
     edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
-    assert edits[0] == AddEdit(
+    assert (edits[0].kind, edits[0].scope) == ("skill", "type:twc")  # the expert plan, abstracted
+    assert "milk" not in edits[0].text and "put <object> in <place>" in edits[0].text
+    assert edits[1] == AddEdit(
         kind="plan",
         scope="task:t2",
         text="Steps to try: go east -> open fridge -> take milk -> go west",
         cites=("c3-t2-expert", "c3-t2-outcome"),
     )
-    assert edits[1].kind == "mistake"
+    assert edits[2].kind == "mistake"
     valid(edits, E, cards, [])
 
 
 async def test_too_few_cards_to_cite_means_no_edit():
     assert await RulesReviser(True, 3).revise(3, assess(E), MIXED, []) == []
-    assert len(await RulesReviser(True, 3).revise(3, assess(E), MIXED + [utility("t1", 0.5)], [])) == 1
+    assert len(await RulesReviser(True, 3).revise(3, assess(E), MIXED + [utility("t1", 0.5)], [])) == 2
 
 
 SOLVED = [outcome("t1", 1.0), contrast("t1", WASHER), utility("t1", 0.25), outcome("t2", 1.0)]
@@ -196,13 +249,35 @@ async def test_compress_without_evidence_withdraws_the_oldest_non_general_entry(
     valid(edits, C, cards, BANK)
 
 
-async def test_utility_at_or_below_zero_deletes_the_newest_entry(valid):
-    cards = [outcome("t1", 0.5), contrast("t1", ["open washer"]), utility("t1", 0.0)]
+async def test_harm_shown_by_probes_deletes_the_newest_entry(valid):
+    """Probes without the scaffold won 3 of 4, scaffolded rollouts 1 of 12: the newest entry goes."""
+    cards = [outcome("t1", 0.5), contrast("t1", ["open washer"])]
+    cards += [utility(k, -0.6, with_=1 / 3 if k == "t1" else 0.0, without=1.0 if k != "t4" else 0.0)
+              for k in ("t1", "t2", "t3", "t4")]  # fmt: skip
     entries = [e for e in BANK if e.id != "plan1"]
     edits = await RulesReviser(True, 2).revise(3, assess(R), cards, entries)
     targets = [(e.op, e.scope if isinstance(e, AddEdit) else e.entry_id) for e in edits]
-    assert targets == [("ADD", "task:t1"), ("DELETE", "s_new")]
+    assert targets == [("ADD", "type:twc"), ("DELETE", "s_new")]
     valid(edits, R, cards, entries)
+
+
+@pytest.mark.parametrize(
+    "utilities",
+    [
+        [utility(k, 0.0) for k in ("t1", "t2", "t3", "t4")],  # both sides failed: no evidence
+        [utility("t1", -1.0, without=1.0)],  # one probe episode: too few to call it harm
+        [
+            utility(k, -0.08, with_=0.67, without=0.75, n_with=3, n_without=1)
+            for k in ("t1", "t2", "t3", "t4")
+        ],
+    ],
+)
+async def test_no_utility_delete_without_evidence_of_harm(utilities):
+    """The churn seen in the early run: utility <= 0 on all-failed groups deleted an entry every review."""
+    cards = [outcome("t1", 0.0), contrast("t1", ["look around"], best_success=False), *utilities]
+    entries = [e for e in BANK if e.id != "plan1"]
+    edits = await RulesReviser(True, 2).revise(3, assess(R), cards, entries)
+    assert not [e for e in edits if isinstance(e, DeleteEdit)]
 
 
 async def test_prune_deletes_the_oldest_until_under_budget(valid):
@@ -225,7 +300,8 @@ async def test_prune_deletes_the_oldest_until_under_budget(valid):
 SCENARIOS = {
     "mixed": (MIXED + REPEATS, []),
     "solved": (SOLVED, BANK),
-    "useless": (MIXED + REPEATS + [utility("t1", -0.5)], BANK),
+    # Probes without the scaffold won 4 of 4, scaffolded rollouts 0 of 12: evidence of harm.
+    "useless": (MIXED + REPEATS + [utility(k, -1.0, without=1.0) for k in ("t1", "t2", "t4", "t5")], BANK),
 }
 
 

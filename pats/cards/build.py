@@ -44,6 +44,9 @@ class OutcomeData(Record):
     turns_mean: float
     prompt_tokens_mean: float
     response_tokens_mean: float
+    # The actions of the shortest winning rollout (empty when none won): what the rules reviser builds
+    # plans and family patterns from, so turning the contrast card off does not turn plans off.
+    winning_actions: tuple[str, ...] = ()
 
 
 class RolloutSummary(Record):
@@ -180,6 +183,7 @@ def _mean(values: Sequence[float]) -> float:
 def outcome_data(rollouts: Sequence[Rollout]) -> OutcomeData:
     successes = sum(r.success for r in rollouts)
     rewards = [r.reward for r in rollouts]
+    won = sorted((r for r in rollouts if r.success), key=lambda r: (len(r.turns), -r.reward))
     return OutcomeData(
         n=len(rollouts),
         n_scaffolded=sum(r.scaffolded for r in rollouts),
@@ -193,6 +197,7 @@ def outcome_data(rollouts: Sequence[Rollout]) -> OutcomeData:
         turns_mean=_mean([len(r.turns) for r in rollouts]),
         prompt_tokens_mean=_mean([r.prompt_tokens for r in rollouts]),
         response_tokens_mean=_mean([r.response_tokens for r in rollouts]),
+        winning_actions=tuple(t.action for t in won[0].turns) if won else (),
     )
 
 
@@ -356,11 +361,13 @@ def _yes(flag: bool) -> str:
 
 
 def _outcome_lines(d: OutcomeData, w: Writer) -> list[str]:
+    won = [f"won with: {w.listing(d.winning_actions)}"] if d.winning_actions else []
     return [
         f"n={d.n} (scaffolded {d.n_scaffolded}, probes {d.n_probes}) | successes {d.successes}"
         f" (rate {_num(d.success_rate)}) | all failed: {_yes(d.all_failed)} | all passed: {_yes(d.all_passed)}",
         f"reward mean {_num(d.reward_mean)} std {_num(d.reward_std)} | turns mean {_num(d.turns_mean)}"
         f" | tokens mean: prompt {_num(d.prompt_tokens_mean)}, response {_num(d.response_tokens_mean)}",
+        *won,
     ]
 
 

@@ -1,14 +1,23 @@
 """The rules reviser: deterministic, offline edits built from one task type's evidence cards.
 
-Guidance (EXPAND and REVISE, the type is failing):
-- a task whose group had a success gets a `plan` scoped `task:<id>`: the best rollout's actions with
-  immediate repeats removed ("Steps that worked: a -> b -> c"), citing its contrast and outcome cards;
+Guidance (EXPAND and REVISE, the type is failing), written so that it can reach other games:
+- a `skill` scoped `type:<t>`: the family-level pattern of the type's winning trajectories (and, with
+  the privileged expert card, the expert plans), with each game's own objects replaced by their roles
+  (pats.reviser.abstract: "take <object> -> put <object> in <place>"; arguments seen in several
+  tasks' actions, such as `coin` or `cookbook`, stay as they are);
+- a task whose group had a success gets a `plan` scoped `task:<id>`: the winning rollout's actions with
+  immediate repeats removed ("Steps that worked: a -> b -> c"); it helps only when that task recurs;
 - tasks with no success and an expert card (privileged) get a plan from the expert plan's prefix;
-- a dominant failure mode over the tasks with no success gives one `mistake` scoped `type:<t>`.
+- a dominant failure mode over the tasks with no success gives one `mistake` scoped `type:<t>`, its
+  excerpt abstracted the same way, so it names no object of one game.
+Plans and patterns come from the outcome card's winning actions (or the contrast card's best rollout),
+so the contrast ablation does not silently turn them off.
 Removal (mode pats with removal on; never in EXPAND): DELETE the entries scoped to a task whose group
-all passed (the plan kills the group's variation), the type's most recent non-general entry when the
-utility cards say the scaffold does not help (mean delta <= 0), in COMPRESS the type's oldest
-non-general entry, and in PRUNE the oldest non-general entries until the type is under budget.
+all passed (the plan kills the group's variation); the type's most recent non-general entry when the
+utility cards show harm: over at least `HARM_MIN_PROBES` probe episodes, probes without the scaffold
+won, and more often than scaffolded rollouts by `HARM_MARGIN` (groups where both sides failed are no
+evidence either way); in COMPRESS the type's oldest non-general entry, and in PRUNE the oldest
+non-general entries until the type is under budget.
 Every edit cites at least `min_citations` distinct cards of the type, or is skipped.
 
 Where it departs from (or fixes what is open in) the published method:
@@ -27,6 +36,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
 from pats.reviser.validate import MODE_BUDGETS, is_near_duplicate, type_entries
 from pats.spec.models import ScaffoldBudget
 from pats.types import (
@@ -44,6 +54,9 @@ EXCERPT_CHARS = 80
 GUIDANCE_MODES = (ReviewMode.EXPAND, ReviewMode.REVISE)  # the type is failing: add guidance
 REPEAT_COUNT = re.compile(r"\s*\(x\d+\)$")  # the cards' " (x3)" suffix: the lesson is the action
 CITE_ORDER = ("outcome", "utility", "contrast", "failure", "expert")  # filler citations, most apt first
+
+HARM_MIN_PROBES = 4  # probe episodes pooled over the type's groups before utility can show harm
+HARM_MARGIN = 0.25  # probes' success rate minus the scaffolded rollouts' that counts as harm
 
 MISTAKES = {
     "repeated_action": "Do not repeat '{x}': if an action changed nothing, try a different one.",
@@ -96,7 +109,8 @@ class RulesReviser:
         open_tasks = [k for k in ev.task_ids if f"task:{k}" not in planned and not ev.all_passed(k)]
         # Plans from the policy's own successes first (rarest success first), then from expert plans.
         by_success = sorted(open_tasks, key=lambda k: (ev.success_rate(k), k))
-        candidates = [self._success_plan(k, ev) for k in by_success]
+        candidates = [self._family_skill(t, ev)]  # the one kind of guidance that reaches new games
+        candidates += [self._success_plan(k, ev) for k in by_success]
         candidates += [self._expert_plan(k, ev) for k in open_tasks]
         mistake = self._mistake(t, ev, view)
         if mistake is not None:
@@ -114,22 +128,31 @@ class RulesReviser:
         return kept
 
     def _success_plan(self, task_id: str, ev: _Evidence) -> AddEdit | None:
-        contrast = ev.card(task_id, "contrast")
-        if contrast is None:
+        actions = key_actions(ev.winning_actions(task_id))
+        if not actions or ev.all_passed(task_id):
             return None
-        best, worst = contrast.data.get("best") or {}, contrast.data.get("worst") or {}
-        outcome = ev.card(task_id, "outcome")
-        mixed = outcome is not None and 0 < outcome.data.get("success_rate", 0) < 1
-        if not best.get("success") or not (mixed or not worst.get("success")):
-            return None
-        actions = key_actions(best.get("actions") or [])
-        if not actions:
-            return None
-        cites = ev.cites(task_id, [contrast, outcome])
+        cites = ev.cites(task_id, [ev.card(task_id, "contrast"), ev.card(task_id, "outcome")])
         if cites is None:
             return None
         return AddEdit(
             kind="plan", scope=f"task:{task_id}", text="Steps that worked: " + actions, cites=cites
+        )
+
+    def _family_skill(self, t: str, ev: _Evidence) -> AddEdit | None:
+        """The type's winning pattern with each game's objects replaced by their roles."""
+        won = [(k, ev.winning_actions(k)) for k in ev.task_ids if ev.winning_actions(k)]
+        won += [(k, plan) for k in ev.task_ids if (plan := ev.expert_plan(k))]
+        found = family_pattern(won, ev.vocabulary)
+        if found is None:
+            return None
+        text, shared = found
+        tasks = sorted({k for k, _ in won})
+        primary = [ev.card(k, kind) for k in tasks for kind in ("outcome", "contrast", "expert")]
+        cites = ev.cites(None, primary)
+        if cites is None:
+            return None
+        return AddEdit(
+            kind="skill", scope=f"type:{t}", text=family_skill_text(t, text, shared, len(tasks)), cites=cites
         )
 
     def _expert_plan(self, task_id: str, ev: _Evidence) -> AddEdit | None:
@@ -158,10 +181,9 @@ class RulesReviser:
         # The dominant mode first; a mode whose lesson is already in the scaffold gives way to the next.
         for failure_mode in sorted(totals, key=lambda m: (-totals[m], m)):
             showing = [k for k in failing if (counts[k].get(failure_mode) or 0) > 0]
-            excerpt = _excerpt(ev.card(k, "failure") for k in showing)
-            text = MISTAKES[failure_mode].format(
-                x=excerpt.get(failure_mode) or failure_mode.replace("_", " ")
-            )
+            excerpt = _excerpt(ev.card(k, "failure") for k in showing).get(failure_mode)
+            general = abstract_excerpt(failure_mode, excerpt, ev.vocabulary) if excerpt else ""
+            text = MISTAKES[failure_mode].format(x=general or failure_mode.replace("_", " "))
             if any(is_near_duplicate(text, x) for x in existing):
                 continue
             primary = [ev.card(k, kind) for k in showing for kind in ("failure", "outcome")]
@@ -191,12 +213,15 @@ class RulesReviser:
                     task_id,
                 )
         utility = ev.of_type("utility")
-        deltas = [c.data["delta"] for c in utility if c.data.get("delta") is not None]
-        if deltas and sum(deltas) / len(deltas) <= 0:
+        if shows_harm(utility):
             left = [e for e in removable if e.id not in gone]
             newest = sorted(left, key=lambda e: (e.updated_step, e.created_step, e.id))
             if newest:
-                delete(newest[-1], "the scaffold does not raise success (utility <= 0)", list(utility))
+                delete(
+                    newest[-1],
+                    "probes without the scaffold won more often than scaffolded rollouts",
+                    list(utility),
+                )
 
         oldest = sorted((e for e in removable if e.id not in gone), key=lambda e: (e.created_step, e.id))
         if mode is ReviewMode.COMPRESS and not gone and oldest:
@@ -213,6 +238,39 @@ class RulesReviser:
                 if self.budget is None:
                     break  # without a budget to aim for, one entry per review
         return out
+
+
+def family_skill_text(task_type: str, pattern: str, shared: int, tasks: int) -> str:
+    """A family pattern as guidance: the roles are named so the policy reads them as placeholders."""
+    return (
+        f"How {task_type} games were won ({shared} of {tasks} won games; <object> and <place> stand for "
+        f"this game's own): {pattern}"
+    )
+
+
+def abstract_excerpt(failure_mode: str, excerpt: str, vocabulary: frozenset[str]) -> str:
+    """A failure excerpt without one game's objects: its actions abstracted, observations dropped."""
+    if failure_mode == "loop":
+        return " | ".join(abstract_action(a, vocabulary) for a in excerpt.split(" | "))
+    if failure_mode in ("repeated_action", "invalid_action"):
+        return abstract_action(excerpt.split(" -> ")[0], vocabulary)
+    if failure_mode == "out_of_turns":
+        return excerpt.split(",")[0]  # "stopped after 10 turns"; the last action is one game's
+    return ""  # malformed output: the policy's text, not an action; the template says enough
+
+
+def shows_harm(utility: Sequence[EvidenceCard]) -> bool:
+    """Pooled over the type's utility cards: enough probe episodes, some probe wins, and probes ahead
+    of the scaffolded rollouts by HARM_MARGIN. Groups where both sides failed are no evidence."""
+    n_with = sum(int(c.data.get("n_with") or 0) for c in utility)
+    n_without = sum(int(c.data.get("n_without") or 0) for c in utility)
+    if n_without < HARM_MIN_PROBES or n_with == 0:
+        return False
+    won_with = sum(float(c.data.get("success_with") or 0) * int(c.data.get("n_with") or 0) for c in utility)
+    won_without = sum(
+        float(c.data.get("success_without") or 0) * int(c.data.get("n_without") or 0) for c in utility
+    )
+    return won_without > 0 and won_without / n_without - won_with / n_with >= HARM_MARGIN
 
 
 def _under_budget(entries: Sequence[ScaffoldEntry], budget: ScaffoldBudget) -> bool:
@@ -251,6 +309,16 @@ class _Evidence:
         for c in self.cards:
             self.by_task.setdefault(c.task_id, {}).setdefault(c.type, c)
         self.task_ids = sorted(self.by_task)
+        # The family's vocabulary: arguments seen in the actions of two or more of the type's tasks.
+        seen = []
+        for c in self.cards:
+            if c.type == "contrast":
+                seen += [(c.task_id, (c.data.get(s) or {}).get("actions") or ()) for s in ("best", "worst")]
+            elif c.type == "outcome":
+                seen.append((c.task_id, c.data.get("winning_actions") or ()))
+            elif c.type == "expert":
+                seen.append((c.task_id, c.data.get("plan") or ()))
+        self.vocabulary = family_vocabulary(seen)
 
     def card(self, task_id: str, card_type: str) -> EvidenceCard | None:
         return self.by_task.get(task_id, {}).get(card_type)
@@ -265,6 +333,19 @@ class _Evidence:
     def all_passed(self, task_id: str) -> bool:
         outcome = self.card(task_id, "outcome")
         return bool(outcome and outcome.data.get("all_passed"))
+
+    def winning_actions(self, task_id: str) -> tuple[str, ...]:
+        """The actions of a rollout that won: the outcome card's, else the contrast card's best."""
+        outcome = self.card(task_id, "outcome")
+        if outcome is not None and outcome.data.get("winning_actions"):
+            return tuple(outcome.data["winning_actions"])
+        contrast = self.card(task_id, "contrast")
+        best = (contrast.data.get("best") or {}) if contrast else {}
+        return tuple(best.get("actions") or ()) if best.get("success") else ()
+
+    def expert_plan(self, task_id: str) -> tuple[str, ...]:
+        expert = self.card(task_id, "expert")
+        return tuple(expert.data.get("plan") or ()) if expert else ()
 
     def had_success(self, task_id: str) -> bool:
         contrast = self.card(task_id, "contrast")
