@@ -62,6 +62,9 @@ def test_run_directory_holds_what_it_claims(run):
     assert len(groups) == 4 and all(len(g["rewards"]) == 4 for g in groups)
     evals = [e for e in events if e["event"] == "eval"]
     assert len(evals) == 1 and "eval/success" in evals[0]["metrics"]
+    # The response-likelihood gap over the expert pairs of eval.gap_tasks training tasks.
+    assert evals[0]["metrics"]["eval/expert_pairs"] > 0
+    assert evals[0]["metrics"]["eval/expert_nll"] > 0 and "eval/likelihood_gap" in evals[0]["metrics"]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "train/success" in m] == [0, 1]
     versions = sorted((run_dir / "scaffold" / "versions").glob("*.json"))

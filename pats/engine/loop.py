@@ -21,7 +21,7 @@ from pats.protocols import MetricSink, PolicyBackend
 from pats.review import NoScaffold
 from pats.scaffold import EditError
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, ReviewResult, RolloutGroup, ScaffoldVersion, Task
+from pats.types import EMPTY_VIEW, ReviewResult, RolloutGroup, ScaffoldVersion, ScaffoldView, Task
 
 
 @dataclass
@@ -36,6 +36,9 @@ class Engine:
     checkpoint: Callable[[int], None] | None = None  # called after a step's end is on disk
     stop_requested: bool = False  # set by a signal handler: stop at the next step boundary
     nonfinite_in_a_row: int = 0
+    # The response-likelihood gap at each evaluation: view_for(task) -> metrics (see
+    # pats/backends/local/reliance.py); None where the policy does not score actions.
+    likelihood_gap: Callable[[Callable[[Task], ScaffoldView]], dict[str, float]] | None = None
 
     async def run(self, start_step: int = 0) -> int | None:
         """Train from `start_step`; returns the last finished step when a stop was requested early."""
@@ -124,6 +127,8 @@ class Engine:
             metrics["eval/reliance_gap"] = (
                 with_scaffold["eval_with_scaffold/success"] - metrics["eval/success"]
             )
+        if self.likelihood_gap is not None and self.scaffold.store is not None:
+            metrics |= await asyncio.to_thread(self.likelihood_gap, self.scaffold.view)
         self.events.write(step, "eval", metrics=metrics)
         for sink in self.sinks:
             sink.log(max(step, 0), metrics)

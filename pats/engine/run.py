@@ -135,6 +135,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
             shutil.rmtree(old, ignore_errors=True)
 
     engine = Engine(
+        likelihood_gap=await _likelihood_gap(spec, env, backend, train_tasks),
         spec=spec,
         backend=backend,
         scaffold=scaffold,
@@ -176,6 +177,25 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+async def _likelihood_gap(spec: ExperimentSpec, env, backend, train_tasks):
+    """The gap's measurement over the expert pairs of the first `eval.gap_tasks` training tasks, or
+    None (with a line on stderr) where it cannot be measured."""
+    n = spec.eval.gap_tasks
+    if n == 0 or spec.scaffold.mode == "none":
+        return None
+    if spec.policy.action != "score":
+        print("note: eval.gap_tasks needs policy.action: score on the local backend; no likelihood gap",
+              file=sys.stderr)  # fmt: skip
+        return None
+    from pats.backends.local.reliance import LikelihoodGap, expert_pairs
+
+    pairs = await expert_pairs(env, train_tasks[:n])
+    if not pairs:
+        print(f"note: no winning expert plan among {n} training tasks; no likelihood gap", file=sys.stderr)
+        return None
+    return LikelihoodGap(backend, pairs).measure
 
 
 def _stop_on_signals(engine: Engine) -> list[int]:

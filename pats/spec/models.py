@@ -241,6 +241,14 @@ class EvalSpec(SpecModel):
     samples_per_task: int = Field(1, ge=1)
     greedy: bool = Field(True, description="Greedy actions; false samples at the policy temperature.")
     with_scaffold: bool = Field(True, description="Also evaluate with the scaffold to show the reliance gap.")
+    gap_tasks: int = Field(
+        4,
+        ge=0,
+        description="Training tasks whose expert plans give the (state, action) pairs of the response-"
+        "likelihood gap (eval/likelihood_gap: expert-action NLL without minus with the scaffold), measured "
+        "at every evaluation; 0 turns it off. Needs score mode on the local backend and an environment "
+        "with expert plans (elsewhere no pairs are built, and the run says so at start).",
+    )
 
 
 class LoggingSpec(SpecModel):

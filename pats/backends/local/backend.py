@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from pats.backends.local.grpo import group_advantages
+from pats.backends.local.grpo import action_distribution, group_advantages
 from pats.backends.local.policy import LocalPolicy
+from pats.backends.local.reliance import ExpertPair, action_nll
 from pats.backends.local.scoring import PrefixStore
 from pats.backends.local.training import ChoiceItem, TrainItem
 from pats.envs.prompting import instructions, parse_action, render_prompt
@@ -97,6 +98,18 @@ class LocalBackend:
         episodes = [(f"eval-{t.id}-{k}", t, v) for t, v in zip(tasks, views, strict=True) for k in range(n)]
         finished = await self.play(episodes, greedy=self.spec.eval.greedy)
         return [self._record(e, scaffolded=not e.view.empty) for e in finished]
+
+    def expert_nll(self, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]) -> list[float]:
+        """NLL of each pair's expert action under the policy's action distribution, with the pair's
+        view in the prompt (score mode; see reliance.py)."""
+        out = []
+        for i, (pair, view) in enumerate(zip(pairs, views, strict=True)):
+            ep = Episode(f"gap-{i}", pair.task, view, env=None, state=pair.state, history=list(pair.history))
+            actions = list(pair.state.admissible)
+            scores = self.policy.score_actions(self._prompt_ids(ep, actions), actions).double()
+            probs = action_distribution(scores, self.spec.policy.temperature)
+            out.append(action_nll(probs, actions.index(pair.action)))
+        return out
 
     def save(self, directory: Path) -> None:
         self.policy.save(directory / "policy")

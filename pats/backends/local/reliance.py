@@ -1,0 +1,81 @@
+"""The response-likelihood gap: how much the policy still leans on the scaffold (score mode).
+
+On a fixed set of expert (state, action) pairs, replayed once from the training tasks' expert plans
+(kept only when the replay wins the game), the gap is the mean NLL of the expert action under the
+policy's own action distribution (softmax over the admissible actions at the policy temperature)
+without the scaffold minus with it. Positive: the guidance makes the expert's actions more likely; it
+shrinks as the policy needs the guidance less (the PATS paper reports 0.117 -> 0.072, the small-scale
+reproduction 0.84 -> 0.26 under removal; notes/anchors.md). It moves long before success does.
+
+Departure from the reproduction: it scores the expert actions of several training tasks per family
+rather than one trace per family, and its prompts are pats' own (instructions, history window,
+admissible actions), the same as the policy acts on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pats.protocols import Env, StepResult
+from pats.types import EMPTY_VIEW, ScaffoldView, Task
+
+if TYPE_CHECKING:
+    from pats.backends.local.backend import LocalBackend
+
+
+@dataclass(frozen=True)
+class ExpertPair:
+    """One expert decision: the state and history the policy would see, and the expert's action."""
+
+    task: Task
+    state: StepResult
+    history: tuple[tuple[str, str], ...]
+    action: str
+
+
+async def expert_pairs(env: Env, tasks: Sequence[Task]) -> list[ExpertPair]:
+    """Every decision of each task's expert plan, for the tasks whose replayed plan wins."""
+    out: list[ExpertPair] = []
+    for task in tasks:
+        plan = list(env.expert_plan(task) or [])
+        state, history, pairs, won = await env.reset(task), [], [], False
+        for action in plan:
+            if action not in state.admissible:
+                break
+            pairs.append(ExpertPair(task, state, tuple(history), action))
+            state = await env.step(action)
+            history.append((action, state.observation))  # as the backend keeps its history
+            won = won or state.won
+        if won:
+            out += pairs
+    return out
+
+
+@dataclass
+class LikelihoodGap:
+    backend: LocalBackend
+    pairs: Sequence[ExpertPair]
+
+    def nll(self, views: Sequence[ScaffoldView]) -> list[float]:
+        return self.backend.expert_nll(self.pairs, views)
+
+    def measure(self, view_for: Callable[[Task], ScaffoldView], prefix: str = "eval") -> dict[str, float]:
+        """`<prefix>/expert_nll` without the scaffold, `..._with_scaffold`, and `<prefix>/likelihood_gap`."""
+        if not self.pairs:
+            return {}
+        without = self.nll([EMPTY_VIEW] * len(self.pairs))
+        with_ = self.nll([view_for(p.task) for p in self.pairs])
+        a, b = sum(without) / len(without), sum(with_) / len(with_)
+        return {
+            f"{prefix}/expert_nll": a,
+            f"{prefix}/expert_nll_with_scaffold": b,
+            f"{prefix}/likelihood_gap": a - b,
+            f"{prefix}/expert_pairs": float(len(self.pairs)),
+        }
+
+
+def action_nll(probs, index: int) -> float:
+    return -math.log(max(float(probs[index]), 1e-12))

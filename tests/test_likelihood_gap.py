@@ -1,0 +1,58 @@
+"""The response-likelihood gap on the real policy and real games: expert pairs replay to a win, the
+gap is exactly 0 with no scaffold, and the task's own expert plan in the prompt makes the expert's
+actions more likely (a positive gap)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pats.backends.local.backend import LocalBackend
+from pats.backends.local.reliance import LikelihoodGap, expert_pairs
+from pats.engine.run import make_env_factory
+from pats.reviser.rules import key_actions
+from pats.scaffold.render import render_view
+from pats.spec import load_spec
+from pats.types import EMPTY_VIEW, ScaffoldEntry
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def setup(repo):
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["logging.wandb=disabled"])
+    make_env = make_env_factory(spec)
+    env = make_env()
+    tasks = env.tasks("train")[:2]
+    pairs = asyncio.run(expert_pairs(env, tasks))
+    plans = {t.id: env.expert_plan(t) for t in tasks}
+    asyncio.run(env.close())
+    return LocalBackend(spec, make_env), tasks, pairs, plans
+
+
+def test_pairs_follow_winning_expert_plans(setup):
+    _, tasks, pairs, plans = setup
+    assert {p.task.id for p in pairs} == {t.id for t in tasks}
+    for task in tasks:
+        mine = [p for p in pairs if p.task.id == task.id]
+        assert [p.action for p in mine] == list(plans[task.id])
+        assert all(p.action in p.state.admissible for p in mine)
+        assert [h[0] for h in mine[-1].history] == list(plans[task.id])[:-1]
+
+
+def test_gap_is_zero_without_guidance_and_positive_with_the_plan(setup, count_tokens):
+    backend, tasks, pairs, plans = setup
+    gap = LikelihoodGap(backend, pairs)
+    empty = gap.measure(lambda task: EMPTY_VIEW)
+    assert empty["eval/likelihood_gap"] == 0.0 and empty["eval/expert_pairs"] == len(pairs)
+
+    def own_plan(task):
+        text = "Steps to try: " + key_actions(plans[task.id])
+        entry = ScaffoldEntry(id="p", kind="plan", scope=f"task:{task.id}", text=text, tokens=count_tokens(text),
+                              created_step=0, updated_step=0)  # fmt: skip
+        return render_view([entry], task, count_tokens, 400, "v")
+
+    guided = gap.measure(own_plan)
+    assert guided["eval/expert_nll"] == pytest.approx(empty["eval/expert_nll"])
+    assert guided["eval/likelihood_gap"] > 0, guided
