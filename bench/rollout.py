@@ -1,0 +1,193 @@
+"""Score-mode rollout speed: batched acting (`trainer.rollout_batching: true`, the default) against one
+episode at a time, side by side in one process.
+
+Real quickstart rollouts (SmolLM2-135M, twc with the quickstart's parameters, `tasks_per_step` tasks
+x a group size, up to 10 turns, no scaffold as at the first step), at group sizes 4 and 8. Each round
+plays the same rollout on both paths, alternating, with the sampler reseeded, so both play the same
+episodes (the choices agree except where bf16 rounding moves a draw across two actions; the share
+of equal actions is reported). Reported: seconds per episode-turn, the median over --repeats
+rounds, and the ratio fast/slow (target <= 0.5x). The fast path also scores identical decisions
+once (a group's first turn). Then where the time goes: achieved GFLOP/s of the prompt pass
+(distinct first-turn prompts; linear layers only, 2 x weights x tokens, padding included) on each
+path, beside a bf16 matmul of the same row count (x 576 x 1536, SmolLM2's MLP) and at 2048^3.
+
+The machine may be shared with other jobs: compare the ratios, not the seconds. Writes
+bench/results/rollout.json.
+
+    python bench/rollout.py [--groups 4 8] [--repeats 2] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from pats.backends.local import scoring
+from pats.backends.local.backend import Episode, LocalBackend
+from pats.engine.run import make_env_factory
+from pats.protocols import GroupPlan
+from pats.spec import load_spec
+from pats.types import EMPTY_VIEW
+
+SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+
+
+def play(backend: LocalBackend, plans, batching: bool, seed: int) -> tuple[float, int, list]:
+    """(seconds, episode-turns, actions) of one rollout on one path."""
+    backend.policy.trainer = backend.policy.trainer.model_copy(update={"rollout_batching": batching})
+    backend.policy.generator.manual_seed(seed)
+    start = time.perf_counter()
+    groups = asyncio.run(backend.rollout(0, plans))
+    seconds = time.perf_counter() - start
+    backend.pending.clear()
+    actions = [t.action for g in groups for r in g.rollouts for t in r.turns]
+    return seconds, len(actions), actions
+
+
+def linear_weights(model) -> int:
+    """Weights of the decoder's linear layers (LoRA included): a token costs 2 FLOPs per weight."""
+    layers = model.get_decoder().layers
+    return sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
+
+
+def best_seconds(fn, repeats: int = 3) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_gflops(m: int, k: int, n: int) -> float:
+    a, b = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
+    return 2 * m * k * n / best_seconds(lambda: a @ b) / 1e9
+
+
+def prompt_pass(backend: LocalBackend, tasks) -> dict:
+    """GFLOP/s of the prompt pass on the first-turn prompts of `tasks`: one batched pass over every
+    prompt's user part and candidates (after the shared system prefix) vs one prompt at batch 1."""
+    policy, env = backend.policy, backend.make_env()
+
+    async def first_turns():
+        out = []
+        for task in tasks:
+            ep = Episode("b", task, EMPTY_VIEW, env, state=await env.reset(task))
+            actions = list(ep.state.admissible)
+            out.append((policy.chat_split(*backend._prompt_parts(ep, actions)), actions))
+        await env.close()
+        return out
+
+    turns = asyncio.run(first_turns())
+    heads = [tuple(h) for (h, _), _ in turns]
+    rests = [r for (_, r), _ in turns]
+    cands = [[policy.action_ids(a) for a in acts] for _, acts in turns]
+    weights = linear_weights(policy.model)
+    store = scoring.PrefixStore()
+    with torch.no_grad(), policy.autocast_context():
+
+        def batched():  # the prefixes are in the store after the first call: the rest is timed
+            scoring.score_batch(
+                policy.model, store, heads, rests, cands,
+                pad_id=policy.pad_id, chunk=policy.trainer.logprob_chunk, normalization="mean",
+            )  # fmt: skip
+
+        full = torch.tensor([list(heads[0]) + rests[0]])  # (1, P)
+        one = best_seconds(lambda: policy.model.get_decoder()(input_ids=full))
+        many = best_seconds(batched)
+    lengths = list(map(scoring._length, rests, cands))
+    rows = max(lengths) * len(scoring._pack(lengths, heads, max(lengths)))  # padding is computed too
+    return {
+        "episodes": len(rests),
+        "batched_rows": rows,
+        "batched_fill": sum(lengths) / rows,
+        "batched_gflops": 2 * weights * rows / many / 1e9,
+        "batch1_rows": full.shape[1],
+        "batch1_gflops": 2 * weights * full.shape[1] / one / 1e9,
+        "matmul_bf16_gflops_batched_rows": matmul_gflops(rows, 576, 1536),
+        "matmul_bf16_gflops_batch1_rows": matmul_gflops(full.shape[1], 576, 1536),
+        "matmul_bf16_gflops_2048": matmul_gflops(2048, 2048, 2048),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--groups", type=int, nargs="+", default=[4, 8], help="group sizes to measure")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds per group size (fast, slow each)")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed, the same on both paths")
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch threads (default: the spec's, all cores); 1 is steadier beside another job",
+    )  # fmt: skip
+    args = parser.parse_args()
+
+    spec = load_spec(SPEC, [] if args.threads is None else [f"trainer.threads={args.threads}"])
+    make_env = make_env_factory(spec)
+    backend = LocalBackend(spec, make_env)
+    tasks = make_env().tasks("train")[: spec.trainer.tasks_per_step]
+    results: dict = {
+        "machine": f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; "
+        "may be shared with other jobs (see the load averages)",
+        "bf16_autocast": backend.policy.autocast,
+        "load_average_at_start": os.getloadavg()[0],
+        "tasks": len(tasks),
+        "groups": {},
+    }
+    try:
+        for size in args.groups:
+            plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=size) for t in tasks]
+            per_turn: dict[str, list[float]] = {"fast": [], "slow": []}
+            agree = []
+            for _ in range(args.repeats):
+                actions = {}
+                for name in ("fast", "slow"):
+                    seconds, turns, actions[name] = play(backend, plans, name == "fast", args.seed)
+                    per_turn[name].append(seconds / turns)
+                    print(f"  group {size} {name}: {seconds:.1f} s, {turns} episode-turns", flush=True)
+                same = sum(a == b for a, b in zip(actions["fast"], actions["slow"], strict=False))
+                agree.append(same / max(len(actions["fast"]), len(actions["slow"])))
+            median = {name: statistics.median(v) for name, v in per_turn.items()}
+            results["groups"][str(size)] = {
+                "episodes": size * len(tasks),
+                "s_per_episode_turn": per_turn,
+                "median": median,
+                "ratio_fast_slow": median["fast"] / median["slow"],
+                "same_actions": min(agree),
+            }
+            print(
+                f"group {size} ({size * len(tasks)} episodes): fast {median['fast']:.3f} s vs slow "
+                f"{median['slow']:.3f} s per episode-turn -> {median['fast'] / median['slow']:.2f}x "
+                f"(target <= 0.5x); same actions {min(agree):.0%}",
+                flush=True,
+            )
+        # Distinct tasks: identical prompts (a group's first turn) would be scored once.
+        many = make_env().tasks("train")[: max(args.groups) * len(tasks)]
+        results["prompt_pass"] = flops = prompt_pass(backend, many)
+    finally:
+        asyncio.run(backend.close())
+    print(
+        f"prompt pass, {flops['episodes']} first-turn prompts: batched {flops['batched_rows']} rows "
+        f"{flops['batched_gflops']:.0f} GFLOP/s (bf16 matmul at that row count "
+        f"{flops['matmul_bf16_gflops_batched_rows']:.0f}); batch 1 {flops['batch1_rows']} rows "
+        f"{flops['batch1_gflops']:.0f} GFLOP/s (matmul {flops['matmul_bf16_gflops_batch1_rows']:.0f}); "
+        f"bf16 matmul 2048^3 {flops['matmul_bf16_gflops_2048']:.0f} GFLOP/s"
+    )
+    results["load_average_at_end"] = os.getloadavg()[0]  # > ~2 on 2 cores: other jobs were running
+    out = Path(__file__).parent / "results" / "rollout.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
