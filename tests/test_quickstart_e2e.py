@@ -14,6 +14,7 @@ import pytest
 from pats.backends.local.backend import LocalBackend
 from pats.engine.run import new_run, train
 from pats.logging.events import read_events
+from pats.scaffold.render import HEADER
 from pats.spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -24,6 +25,7 @@ TINY = [
     "environment.max_turns=4",
     "eval.num_tasks=2",
     "eval.every=2",
+    "eval.with_scaffold=false",  # every eval- episode is then a deployment episode (no scaffold view)
     "logging.progress=false",
     "logging.wandb=offline",
 ]
@@ -33,19 +35,19 @@ TINY = [
 def run(tmp_path_factory, repo):
     root = tmp_path_factory.mktemp("runs")
     spec = load_spec(repo / "experiments/quickstart.yaml", [*TINY, f"logging.root={root}"])
-    prompts: list[tuple[str, bool, str]] = []  # (episode id, view empty, decoded prompt)
-    original = LocalBackend._prompt_ids
+    prompts: list[tuple[str, bool, str]] = []  # (episode id, view empty, prompt text)
+    original = LocalBackend._prompt_parts  # every prompt of both score paths and of generate mode
 
     def spy(self, ep, admissible):
-        ids = original(self, ep, admissible)
-        prompts.append((ep.id, ep.view.empty, self.policy.tokenizer.decode(ids)))
-        return ids
+        system, user = original(self, ep, admissible)
+        prompts.append((ep.id, ep.view.empty, f"{system}\n{user}"))
+        return system, user
 
-    LocalBackend._prompt_ids = spy
+    LocalBackend._prompt_parts = spy
     try:
         run_dir = asyncio.run(train(spec, new_run(spec)))
     finally:
-        LocalBackend._prompt_ids = original
+        LocalBackend._prompt_parts = original
     return run_dir, prompts
 
 
@@ -83,12 +85,25 @@ def test_deployment_prompt_has_no_scaffold(run):
         if e["edit"]["op"] != "DELETE"
     ]
     assert texts, "the review added nothing to check against"
-    deployed = [p for rid, empty, p in prompts if rid.startswith("eval-") and empty]
-    assert len(deployed) >= 2
-    for prompt in deployed:
-        assert not any(t in prompt for t in texts)
-    guided = [p for rid, empty, p in prompts if not empty]
-    assert guided and any(any(t in p for t in texts) for p in guided), "scaffolded prompts should show it"
+    # Chosen by episode id, not by the view (the property under test): held-out evaluation and the
+    # probe rollouts (the first `probes` of each group, s<step>-<task>-<i>) carry no scaffold text.
+    probes = load_spec(run_dir / "spec.yaml").probe_count()
+    deployed = [p for rid, _, p in prompts if rid.startswith("eval-")]
+    probe_prompts = [
+        p for rid, _, p in prompts if rid.startswith("s") and int(rid.rsplit("-", 1)[1]) < probes
+    ]
+    assert len(deployed) >= 2 and probe_prompts
+    for prompt in deployed + probe_prompts:
+        assert HEADER not in prompt and not any(t in prompt for t in texts)
+    # Step 1's scaffolded rollouts show the guidance step 0's review added at type scope.
+    step0 = [e["edit"] for e in read_events(run_dir / "events.jsonl", "edit") if e["step"] == 0]
+    typed = [e["text"] for e in step0 if e["op"] == "ADD" and e["scope"].startswith("type:")]
+    scaffolded = [
+        p for rid, _, p in prompts if rid.startswith("s1-") and int(rid.rsplit("-", 1)[1]) >= probes
+    ]
+    assert typed and scaffolded, "step 0 should add type-scoped guidance (every group failed or won)"
+    for prompt in scaffolded:
+        assert HEADER in prompt and any(t in prompt for t in typed)
 
 
 def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):

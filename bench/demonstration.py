@@ -1,0 +1,217 @@
+"""Does the scaffold help on held-out tasks? A small-scale demonstration under a fixed protocol.
+
+Protocol (after the small-scale PATS reproduction on ALFWorld, notes/anchors.md):
+- one setting chosen with bench/sensitivity.py (training-fold probe tasks only), a fixed training pool
+  of `--pool` tasks from the train fold so guidance can recur, held-out tasks from the dev fold that
+  are never trained on (the test fold stays untouched);
+- conditions that differ in one thing each: `none` (plain GRPO), `static` (a family card built from
+  the verified expert plans of the training pool, never edited), `pats` (the same card as the initial
+  bank, revised every step by the rules reviser with the privileged expert card, removal on),
+  `no_removal` (pats without DELETE/COMPRESS); pats and no_removal run a quarter of each group as
+  probes without the scaffold, as the method does;
+- every condition sees the same tasks at the same step for a seed (the sampler depends on seed and
+  step only); seeds `--seeds`;
+- held-out success without the scaffold, sampled (`--samples` per task: greedy sits on a 0% floor at
+  this size), on the same `--heldout` dev tasks for every condition: Wilson intervals, and paired
+  bootstrap intervals over tasks for pats - X;
+- training: informative-group fraction, success with and without the scaffold, and the engine's
+  response-likelihood gap (eval/likelihood_gap) at each evaluation.
+
+Each (condition, seed) cell writes bench/results/demonstration/<setting>/<condition>-s<seed>.json when
+it finishes (commit it): a later session fills only the missing cells. Run directories go to
+bench/runs/demonstration/ (ignored by git); an interrupted cell resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import REPO, RESULTS, fmt, heldout, paired_bootstrap, read_run, run_condition, wilson  # noqa: E402
+from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
+
+CONDITIONS: dict[str, tuple[str, ...]] = {
+    "none": ("scaffold.mode=none", "scaffold.initial_bank=null"),
+    "static": ("scaffold.mode=static", "scaffold.probe_fraction=0.0", "scaffold.cards=[outcome,contrast,failure]"),
+    "pats": ("scaffold.mode=pats", "scaffold.privileged=true",
+             "scaffold.cards=[outcome,contrast,failure,utility,expert]"),
+    "no_removal": ("scaffold.mode=pats", "scaffold.privileged=true", "scaffold.removal=false",
+                   "scaffold.cards=[outcome,contrast,failure,utility,expert]"),
+}  # fmt: skip
+
+
+def base_spec(args) -> Path:
+    """The setting's spec with the protocol's sizes, written once per setting (the cells' shared base)."""
+    from pats.spec.loader import spec_to_yaml
+
+    out = REPO / "bench" / "runs" / "demonstration" / args.setting
+    out.mkdir(parents=True, exist_ok=True)
+    data = setting_spec(args.setting).model_dump(mode="json")
+    data["environment"].update(num_train_tasks=args.pool, num_eval_tasks=args.heldout)
+    data["trainer"].update(steps=args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group,
+                           checkpoint_every=1)  # fmt: skip
+    data["policy"]["lora"]["top_layers"] = args.top_layers
+    data["eval"].update(every=args.eval_every, at_start=True, num_tasks=args.eval_tasks, greedy=False,
+                        samples_per_task=args.samples, with_scaffold=False, gap_tasks=args.pool)  # fmt: skip
+    data["logging"].update(progress=False, wandb="offline")
+    data["scaffold"]["initial_bank"] = str(bank(args))
+    path = out / "base.yaml"
+    from pats.spec.models import ExperimentSpec
+
+    path.write_text(spec_to_yaml(ExperimentSpec.model_validate(data)))
+    return path
+
+
+def bank(args) -> Path:
+    """The family card of the training pool (verified expert plans, role-abstracted), as a pats bank."""
+    import asyncio
+
+    path = RESULTS / "demonstration" / args.setting / "bank.json"
+    if path.is_file():
+        return path
+    probe_args = argparse.Namespace(probe_offset=0, tasks=0, sources=args.pool, group=4, samples=1)
+    probe = Probe(args.setting, probe_args)
+
+    async def go():
+        try:
+            return await probe.family_text()
+        finally:
+            await probe.close()
+
+    text = asyncio.run(go())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scope = f"type:{probe.spec.environment.game}"
+    path.write_text(
+        json.dumps({"entries": [{"kind": "skill", "scope": scope, "text": text}]}, indent=1) + "\n"
+    )
+    return path
+
+
+def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
+    from pats.logging.events import read_events
+
+    run_dir = REPO / "bench" / "runs" / "demonstration" / args.setting / f"{condition}-s{seed}"
+    start = time.time()
+    what = run_condition(str(spec_file), [*CONDITIONS[condition], f"seed={seed}"], run_dir)
+    held = heldout(run_dir / "report" / f"heldout_{args.heldout}.json", args.heldout, run_dir)
+    groups = [g for e in read_events(run_dir / "events.jsonl", "groups") for g in e["groups"]]
+    run = read_run(run_dir)
+    per_task: dict[str, list[float]] = {}
+    for task, success in zip(held["tasks"], held["success"], strict=True):
+        per_task.setdefault(task, []).append(success)
+    return {
+        "setting": args.setting,
+        "condition": condition,
+        "seed": seed,
+        "trained": what,
+        "seconds": round(time.time() - start, 1),
+        "groups": len(groups),
+        "informative_groups": sum(len(set(g["rewards"])) > 1 for g in groups),
+        "train": [
+            {
+                k: m.get(k)
+                for k in (
+                    "train_with_scaffold/success",
+                    "train_without_scaffold/success",
+                    "train/informative_groups",
+                    "scaffold/entries",
+                    "scaffold/tokens",
+                )
+            }
+            | {"step": s}
+            for s, m in run["steps"]
+        ],  # fmt: skip
+        "evals": [{"steps_done": s, **m} for s, m in run["evals"]],
+        "heldout": {
+            "episodes": len(held["success"]),
+            "successes": sum(held["success"]),
+            "per_task": per_task,
+        },
+    }
+
+
+def summarize(setting: str) -> str:
+    folder = RESULTS / "demonstration" / setting
+    cells = [json.loads(p.read_text()) for p in sorted(folder.glob("*-s*.json"))]
+    by: dict[str, list[dict]] = {}
+    for c in cells:
+        by.setdefault(c["condition"], []).append(c)
+    rows = ["| condition | seeds | informative groups | held-out success [95% CI] | pats - X [95% CI, paired] "
+            "| likelihood gap first -> last |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for cond in CONDITIONS:
+        if cond not in by:
+            continue
+        cs = by[cond]
+        inf, n = sum(c["informative_groups"] for c in cs), sum(c["groups"] for c in cs)
+        wins, eps = sum(c["heldout"]["successes"] for c in cs), sum(c["heldout"]["episodes"] for c in cs)
+        lo, hi = wilson(int(wins), eps)
+        diff = "n/a"
+        if cond != "pats" and "pats" in by:
+            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["pats"]}
+            a, b = outcomes(by["pats"], seeds), outcomes(cs, seeds)
+            if seeds:
+                d, dlo, dhi = paired_bootstrap(a, b)
+                diff = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
+        gaps = [[e.get("eval/likelihood_gap") for e in c["evals"]] for c in cs]
+        gap = "; ".join(f"{fmt(g[0])} -> {fmt(g[-1])}" for g in gaps if g and g[0] is not None) or "n/a"
+        rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {wins / max(eps, 1):.3f} "
+                    f"[{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} | {gap} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def outcomes(cells: list[dict], seeds: set[int]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in sorted(cells, key=lambda c: c["seed"]):
+        if c["seed"] in seeds:
+            for task, values in c["heldout"]["per_task"].items():
+                out.setdefault(task, []).extend(values)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--setting", choices=list(SETTINGS), default="twc", help="chosen with bench/sensitivity.py"
+    )
+    p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
+    p.add_argument("--pool", type=int, default=8, help="training tasks (train fold); they recur")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--tasks-per-step", type=int, default=2)
+    p.add_argument("--group", type=int, default=4, help="rollouts per group")
+    p.add_argument("--top-layers", type=int, default=8, help="LoRA on the top N layers only (update speed)")
+    p.add_argument("--eval-every", type=int, default=4, help="engine evaluations (curve and likelihood gap)")
+    p.add_argument("--eval-tasks", type=int, default=4, help="dev tasks at the engine's evaluations")
+    p.add_argument("--heldout", type=int, default=32, help="dev tasks of the final held-out test")
+    p.add_argument("--samples", type=int, default=2, help="sampled episodes per held-out task")
+    p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
+    args = p.parse_args(argv)  # fmt: skip
+    folder = RESULTS / "demonstration" / args.setting
+    if not args.report_only:
+        spec_file = base_spec(args)
+        for seed in args.seeds:  # seed-major: whole seeds finish first
+            for cond in args.conditions:
+                out = folder / f"{cond}-s{seed}.json"
+                if out.is_file():
+                    continue
+                result = cell(args, cond, seed, spec_file)
+                result["protocol"] = {k: v for k, v in vars(args).items() if k != "report_only"}
+                out.write_text(json.dumps(result, indent=1) + "\n")
+                h = result["heldout"]
+                print(f"{cond:10s} seed {seed}: informative {result['informative_groups']}/{result['groups']}, "
+                      f"held-out {h['successes']:.0f}/{h['episodes']} ({result['seconds']} s)", flush=True)  # fmt: skip
+    table = summarize(args.setting)
+    (folder / "summary.md").parent.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
