@@ -115,7 +115,10 @@ def test_a_killed_jvm_fails_one_episode_and_the_run_goes_on(repo, tmp_path, monk
     from pats.envs.twx import TwxEnv
     from pats.spec import load_spec
 
-    spec = load_spec(repo / "experiments/quickstart.yaml", [*TINY, f"logging.root={tmp_path}", "name=jvm"])
+    # No expert replay at start (eval.gap_tasks=0): the steps counted are the training episodes'.
+    # A JVM dying in that replay is tests/test_likelihood_gap.py's.
+    overrides = [*TINY, f"logging.root={tmp_path}", "name=jvm", "eval.gap_tasks=0"]
+    spec = load_spec(repo / "experiments/quickstart.yaml", overrides)
     original, calls = TwxEnv.step, []
 
     async def step(self, action):

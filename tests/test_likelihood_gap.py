@@ -56,3 +56,30 @@ def test_gap_is_zero_without_guidance_and_positive_with_the_plan(setup, count_to
     guided = gap.measure(own_plan)
     assert guided["eval/expert_nll"] == pytest.approx(empty["eval/expert_nll"])
     assert guided["eval/likelihood_gap"] > 0, guided
+
+
+def test_a_jvm_dying_in_the_replay_leaves_out_that_task_only(repo, monkeypatch):
+    import os
+    import signal
+
+    from pats.envs.twx import TwxEnv
+
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["logging.wandb=disabled"])
+    env = make_env_factory(spec)()
+    tasks = env.tasks("train")[:2]
+    original, calls = TwxEnv.step, []
+
+    async def step(self, action):
+        calls.append(action)
+        if len(calls) == 2:  # the first task's second expert action
+            os.kill(self.jvm_pid, signal.SIGKILL)
+            await asyncio.sleep(0.2)
+        return await original(self, action)
+
+    monkeypatch.setattr(TwxEnv, "step", step)
+    try:
+        pairs = asyncio.run(expert_pairs(env, tasks))
+    finally:
+        asyncio.run(env.close())
+    assert {p.task.id for p in pairs} == {tasks[1].id}, "the second task replays on a restarted JVM"
+    assert [p.action for p in pairs] == list(env.expert_plan(tasks[1]))

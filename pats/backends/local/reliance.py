@@ -15,10 +15,12 @@ admissible actions), the same as the policy acts on.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pats.errors import EnvironmentFault
 from pats.protocols import Env, StepResult
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
@@ -37,21 +39,28 @@ class ExpertPair:
 
 
 async def expert_pairs(env: Env, tasks: Sequence[Task]) -> list[ExpertPair]:
-    """Every decision of each task's expert plan, for the tasks whose replayed plan wins."""
+    """Every decision of each task's expert plan, for the tasks whose replayed plan wins. A task whose
+    replay meets an environment fault is left out (the next reset restarts the environment)."""
     out: list[ExpertPair] = []
     for task in tasks:
-        plan = list(env.expert_plan(task) or [])
-        state, history, pairs, won = await env.reset(task), [], [], False
-        for action in plan:
-            if action not in state.admissible:
-                break
-            pairs.append(ExpertPair(task, state, tuple(history), action))
-            state = await env.step(action)
-            history.append((action, state.observation))  # as the backend keeps its history
-            won = won or state.won
-        if won:
-            out += pairs
+        try:
+            out += await _replay(env, task)
+        except EnvironmentFault as err:
+            print(f"note: expert replay of {task.id} left out of the likelihood gap: {err}", file=sys.stderr)
     return out
+
+
+async def _replay(env: Env, task: Task) -> list[ExpertPair]:
+    plan = list(env.expert_plan(task) or [])
+    state, history, pairs, won = await env.reset(task), [], [], False
+    for action in plan:
+        if action not in state.admissible:
+            break
+        pairs.append(ExpertPair(task, state, tuple(history), action))
+        state = await env.step(action)
+        history.append((action, state.observation))  # as the backend keeps its history
+        won = won or state.won
+    return pairs if won else []
 
 
 @dataclass
