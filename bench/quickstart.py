@@ -8,7 +8,6 @@ Writes bench/results/quickstart.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -17,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, RESULTS, write_result
+
 TARGET_S, TARGET_GB = 600.0, 8.0
 
 
@@ -66,9 +66,7 @@ def main():
         f"({'cold' if not args.warm else 'warm'} model cache); peak memory {peak_gb:.2f} GB = "
         f"{peak_gb / TARGET_GB:.2f}x of 8 GB"
     )
-    out = REPO / "bench" / "results" / "quickstart.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    out = write_result("quickstart", result, RESULTS)
     print(f"wrote {out}")
 
 

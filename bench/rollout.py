@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from common import RESULTS, write_result
 
 from pats.backends.local import scoring
 from pats.backends.local.backend import Episode, LocalBackend
@@ -183,9 +183,7 @@ def main() -> None:
         f"bf16 matmul 2048^3 {flops['matmul_bf16_gflops_2048']:.0f} GFLOP/s"
     )
     results["load_average_at_end"] = os.getloadavg()[0]  # > ~2 on 2 cores: other jobs were running
-    out = Path(__file__).parent / "results" / "rollout.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out = write_result("rollout", results, RESULTS)
     print(f"wrote {out}")
 
 

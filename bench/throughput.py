@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from common import RESULTS, write_result
 
 from pats.backends.local.backend import Episode, LocalBackend
 from pats.engine.run import make_env_factory
@@ -150,9 +150,7 @@ def main():
     backend = bench_score(args, results)
     bench_update(args, results, backend)
     asyncio.run(backend.close())
-    out = Path(__file__).parent / "results" / "throughput.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out = write_result("throughput", results, RESULTS)
     print(f"wrote {out}")
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from common import RESULTS, write_result
 
 from pats.backends.local import training
 from pats.backends.local.backend import LocalBackend
@@ -94,8 +94,7 @@ def main() -> None:
         "ratio_shared": median["shared"] / median["per-decision"],
         "ratio_shared_top8": median["shared+top8"] / median["per-decision"],
     }
-    out = Path(__file__).parent / "results" / "update.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out = write_result("update", results, RESULTS)
     print(f"wrote {out}")
     print(f"decisions: {len(items)}, passes when shared: {passes}")
     for name in policies:
