@@ -8,11 +8,11 @@ import asyncio
 import pytest
 
 from pats.engine.build import build_scaffold_policy
-from pats.engine.loop import Engine
 from pats.engine.sampler import TaskSampler
 from pats.logging.events import EventLog, read_events
 from pats.review import NoScaffold
 from pats.spec.models import ExperimentSpec
+from pats.testing.engine import fake_engine
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 
 
@@ -32,17 +32,7 @@ def make_spec(**scaffold) -> ExperimentSpec:
     )
 
 
-def make_engine(spec, tmp_path, backend, count_tokens, scaffold=None):
-    env = FakeEnv(num_tasks=4)
-    scaffold = scaffold or build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
-    return Engine(
-        spec=spec,
-        backend=backend,
-        scaffold=scaffold,
-        sampler=TaskSampler(env.tasks("train"), spec.trainer.tasks_per_step, spec.seed),
-        eval_tasks=env.tasks("eval"),
-        events=EventLog(tmp_path / "events.jsonl"),
-    )
+make_engine = fake_engine
 
 
 def entries_per_step(path):

@@ -19,11 +19,11 @@ from pats.engine import run as run_module
 from pats.engine.build import build_scaffold_policy
 from pats.engine.loop import Engine, trainable
 from pats.engine.run import new_run, resume, train
-from pats.engine.sampler import TaskSampler
 from pats.errors import RunInterrupted, TrainingError
-from pats.logging.events import EventLog, read_events
+from pats.logging.events import read_events
 from pats.spec.models import ExperimentSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+from pats.testing.engine import fake_engine
 
 
 def make_spec(root, **trainer) -> ExperimentSpec:
@@ -149,16 +149,7 @@ class Nonfinite(ScriptedBackend):
 
 
 def engine_for(tmp_path, count_tokens, backend, **trainer) -> Engine:
-    spec = make_spec(tmp_path, **trainer)
-    env = FakeEnv(num_tasks=4)
-    return Engine(
-        spec=spec,
-        backend=backend,
-        scaffold=build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan),
-        sampler=TaskSampler(env.tasks("train"), 2, spec.seed),
-        eval_tasks=env.tasks("eval")[:2],
-        events=EventLog(tmp_path / "events.jsonl"),
-    )
+    return fake_engine(make_spec(tmp_path, **trainer), tmp_path, backend, count_tokens, eval_tasks=2)
 
 
 def test_nonfinite_updates_stop_the_run_only_when_k_come_in_a_row(tmp_path, count_tokens):

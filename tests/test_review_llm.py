@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pats.engine.build import build_scaffold_policy
-from pats.engine.loop import Engine
-from pats.engine.sampler import TaskSampler
-from pats.logging.events import EventLog, read_events
+from pats.logging.events import read_events
 from pats.reviser import LLMReviser, RulesReviser
 from pats.spec.models import ExperimentSpec
-from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+from pats.testing import ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+from pats.testing.engine import fake_engine
 
 INVALID = [
     {"op": "ADD", "kind": "skill", "scope": "general", "text": "Be careful.", "cites": ["c-nope", "c-gone"]}
@@ -47,19 +45,10 @@ def spec_for(base_url: str) -> ExperimentSpec:
 
 def train_three_steps(spec: ExperimentSpec, tmp_path, count_tokens):
     """The engine with the scripted backend on FakeEnv tasks; returns the scaffold policy it used."""
-    env = FakeEnv(num_tasks=4)
-    scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
-    engine = Engine(
-        spec=spec,
-        backend=ScriptedBackend(improving_schedule(), seed=5),
-        scaffold=scaffold,
-        sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
-        eval_tasks=env.tasks("eval"),
-        events=EventLog(tmp_path / "events.jsonl"),
-    )
+    engine = fake_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=5), count_tokens)
     asyncio.run(engine.run())
     engine.events.close()
-    return scaffold
+    return engine.scaffold
 
 
 def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monkeypatch):

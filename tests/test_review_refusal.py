@@ -16,10 +16,9 @@ import re
 from pats.cli.main import main
 from pats.engine import run as run_module
 from pats.engine.build import build_scaffold_policy
-from pats.engine.loop import Engine
-from pats.engine.sampler import TaskSampler
-from pats.logging.events import EventLog, read_events
+from pats.logging.events import read_events
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
+from pats.testing.engine import fake_engine
 from pats.types import AddEdit, ReviewResult
 
 STEPS = 3
@@ -124,18 +123,10 @@ def test_the_engine_keeps_training_when_the_store_refuses_a_set(tmp_path, count_
             "eval": {"every": 100, "at_start": False, "with_scaffold": False},
         }
     )
-    env = FakeEnv(num_tasks=4)
     scaffold = PassEverything(
-        build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
+        build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, FakeEnv(num_tasks=4).expert_plan)
     )
-    engine = Engine(
-        spec=spec,
-        backend=ScriptedBackend(improving_schedule(), seed=3),
-        scaffold=scaffold,
-        sampler=TaskSampler(env.tasks("train"), 4, spec.seed),
-        eval_tasks=env.tasks("eval"),
-        events=EventLog(tmp_path / "events.jsonl"),
-    )
+    engine = fake_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=3), count_tokens, scaffold)
     asyncio.run(engine.run())
     engine.events.close()
 
