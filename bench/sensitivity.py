@@ -62,6 +62,9 @@ class Setting:
 SETTINGS = {
     "twc": Setting("twc", {"numLocations": 1, "numItemsToPutAway": 2, "includeDoors": 0,
                            "limitInventorySize": 0}, 10),  # the quickstart's
+    # One item to put away: the untrained policy wins more often, so groups can be informative.
+    "twc1": Setting("twc", {"numLocations": 1, "numItemsToPutAway": 1, "includeDoors": 0,
+                            "limitInventorySize": 0}, 10),
     "coin": Setting("coin", {"numLocations": 3, "includeDoors": 1, "numDistractorItems": 0}, 15),
     "cookingworld": Setting("cookingworld", {"numLocations": 1, "numIngredients": 1, "numDistractorItems": 0,
                                              "includeDoors": 0, "limitInventorySize": 0}, 15),
@@ -217,20 +220,22 @@ class Probe:
 
     async def likelihood_gap(self, views) -> dict:
         """Mean NLL of the expert action without and with the view, over the probe tasks' expert
-        (state, action) pairs (pats.backends.local.reliance, as the engine measures it)."""
-        from pats.backends.local.reliance import expert_pairs
-        from pats.types import EMPTY_VIEW
+        (state, action) pairs whose task has guidance (the engine's `LikelihoodGap`)."""
+        from pats.backends.local.reliance import LikelihoodGap, expert_pairs
 
         if not hasattr(self, "pairs"):
             self.pairs = await expert_pairs(self.env, self.probe_tasks)
         view_of = {t.id: v for t, v in zip(self.probe_tasks, views, strict=True)}
         pairs = [p for p in self.pairs if not view_of[p.task.id].empty]
-        if not pairs:
+        m = LikelihoodGap(self.backend, pairs).measure(lambda task: view_of[task.id], prefix="probe")
+        if not m:
             return {"pairs": 0}
-        without = self.backend.expert_nll(pairs, [EMPTY_VIEW] * len(pairs))
-        with_ = self.backend.expert_nll(pairs, [view_of[p.task.id] for p in pairs])
-        a, b = sum(without) / len(pairs), sum(with_) / len(pairs)
-        return {"pairs": len(pairs), "nll_without": a, "nll_with": b, "gap": a - b}
+        return {
+            "pairs": len(pairs),
+            "nll_without": m["probe/expert_nll"],
+            "nll_with": m["probe/expert_nll_with_scaffold"],
+            "gap": m["probe/likelihood_gap"],
+        }
 
     async def cell(self, kind: str) -> dict:
         start = time.time()
