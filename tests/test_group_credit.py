@@ -28,6 +28,11 @@ pytestmark = pytest.mark.slow
 GUIDANCE = "- Plan: look around, then take what lies on the floor and put it where it belongs."
 
 
+def with_rewards(group, rewards):
+    rollouts = tuple(r.model_copy(update={"reward": x}) for r, x in zip(group.rollouts, rewards, strict=True))
+    return group.model_copy(update={"rollouts": rollouts})
+
+
 def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
     spec = load_spec(repo / "experiments/quickstart.yaml", ["environment.max_turns=3", "trainer.threads=1"])
     make_env = make_env_factory(spec)
@@ -40,12 +45,7 @@ def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
     try:
         groups = asyncio.run(backend.rollout(0, plans))
         rewards = [[0.0, 1.0, 0.25, 0.5], [0.75, 0.0, 1.0, 0.1]]  # distinct advantages within a group
-        groups = [
-            g.model_copy(
-                update={"rollouts": tuple(r.model_copy(update={"reward": x}) for r, x in zip(g.rollouts, xs))}
-            )
-            for g, xs in zip(groups, rewards, strict=True)
-        ]
+        groups = [with_rewards(g, xs) for g, xs in zip(groups, rewards, strict=True)]
         asyncio.run(backend.update(groups))
     finally:
         asyncio.run(backend.close())

@@ -33,9 +33,10 @@ def group_metrics(groups: Sequence[RolloutGroup]) -> dict[str, float]:
         "train/informative_groups": float(sum(g.informative for g in groups)),
         "train/groups": float(len(groups)),
         **rollout_metrics([r for g in groups for r in g.rollouts], "train"),
-        **rollout_metrics(scaffolded, "train_with_scaffold"),
-        **rollout_metrics(probes, "train_without_scaffold"),
     }
+    if any(g.scaffold_version for g in groups):  # with no scaffold (mode none) there is no split to report
+        out |= rollout_metrics(scaffolded, "train_with_scaffold")
+        out |= rollout_metrics(probes, "train_without_scaffold")
     return out
 
 

@@ -41,9 +41,14 @@ class ProgressSink:
                 f"eval after step {step + 1}: held-out success {_pct(metrics, 'eval/success')} (no scaffold){gap}"
             )
             return
-        info = (
+        success = (
             f"success {_pct(metrics, 'train_with_scaffold/success')} with / "
-            f"{_pct(metrics, 'train_without_scaffold/success')} without scaffold | "
+            f"{_pct(metrics, 'train_without_scaffold/success')} without scaffold"
+            if "train_with_scaffold/success" in metrics
+            else f"success {_pct(metrics, 'train/success')}"
+        )
+        info = (
+            f"{success} | "
             f"informative {_pct(metrics, 'train/informative_fraction')} | "
             f"scaffold {metrics.get('scaffold/entries', 0):.0f} entries, {metrics.get('scaffold/tokens', 0):.0f} tok | "
             f"{metrics.get('time/step_s', 0):.0f} s/step"
