@@ -210,7 +210,7 @@ def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_di
     update equals running each on its own."""
     from pats.backends.local import training
 
-    trainer = LocalTrainerSpec(lr=0.5, autocast_bf16=False)
+    trainer = LocalTrainerSpec(lr=0.5, autocast_bf16=False, update_prefix_sharing=False)  # `_units` path
     spec = PolicySpec(model=str(tiny_model_dir), action="score", lora=LoraSpec(rank=2, alpha=4))
     shared, alone = (LocalPolicy(spec, trainer, seed=4) for _ in range(2))
     prompt, other = shared.chat_ids("system", "user"), shared.chat_ids("system", "another user")

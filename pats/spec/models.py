@@ -213,6 +213,12 @@ class LocalTrainerSpec(_TrainerCommon):
         description="Score mode: score all live episodes of a turn in a few batched passes, each system "
         "prompt computed once per rollout; false scores one episode at a time (the older, slower path).",
     )
+    update_prefix_sharing: bool = Field(
+        True,
+        description="Score mode: in an update, decisions whose prompts share a prefix (the system prompt: "
+        "instructions, scaffold, task) run that prefix once with gradients and their suffixes against its "
+        "keys/values; false runs every decision's whole prompt (the older path, kept for bench/update.py).",
+    )
 
 
 class VerlTrainerSpec(_TrainerCommon):

@@ -6,11 +6,12 @@ the rest. The repeated cache costs K x P cached rows (SmolLM2-135M: 46 KB per ro
 without gradients candidates go in passes of at most CACHE_ROWS // P; with gradients (training) all
 K run in one pass, as the softmax over candidates couples them.
 
-`score_batch` does the same for all live episodes of a rollout turn, without gradients: each
+`score_batch` does the same for all live episodes of a rollout turn (no gradients there): each
 episode's system prompt comes from a `PrefixStore` (computed once per rollout), and the episodes'
 remaining prompts and candidates are packed into the rows of one forward pass, kept apart by an
 attention mask. At batch 1 the matmuls are too small to use a CPU well; packed, they have
-thousands of rows.
+thousands of rows. The update runs it with gradients too, one shared prefix at a time, its keys
+and values detached copies that collect their gradient (sharing.py).
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def score_batch(
     chunk: int,
     normalization: Literal["mean", "sum"],
 ) -> list[Tensor]:
-    """`score_candidates` for many prompts at once, without gradients: one score vector (K_b,) each.
+    """`score_candidates` for many prompts at once: one score vector (K_b,) each.
 
     Prompt b is prefixes[b] + prompts[b]; the prefix's keys/values come from `store` (computed
     once), the rest runs here. An episode's tokens are the rest of its prompt followed by all of

@@ -10,6 +10,11 @@ Items come in two kinds:
   the other candidates and the length normalization). The exact version costs about one more
   batched pass over K short actions, small next to the prompt.
 
+Score-mode decisions that share a prompt prefix (the system prompt of a rollout group) run it once
+per optimizer step, with gradients, and their suffixes against its keys/values (sharing.py;
+`trainer.update_prefix_sharing`, on by default). The gradient is the same as running every whole
+prompt; with LoRA dropout on, the shared prefix draws one dropout mask for all its decisions.
+
 Where this departs from the published GRPO:
 - old log-probs are recomputed in the update instead of stored at rollout time: simpler, and exactly
   on-policy for the first epoch because rollouts and update run on the same weights in pats'
@@ -20,6 +25,8 @@ Where this departs from the published GRPO:
   moving the weights with no signal) or when the loss or gradient is not finite;
 - items with zero advantage are not run when kl_coef is 0 (their gradient is zero), but still count
   in the mean's denominator, so the result equals running them.
+
+Generate mode's sequences (`TrainItem`) share nothing: each runs whole, `trainer.micro_batch` per pass.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ import torch
 from torch import Tensor
 
 from pats.backends.local import grpo
+from pats.backends.local.scoring import supports_batching
+from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups
 
 if TYPE_CHECKING:
     from pats.backends.local.policy import LocalPolicy
@@ -80,6 +89,45 @@ class ChoiceItem:
 
 
 Item = TrainItem | ChoiceItem
+Decision = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (prompt ids, candidates)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Backward units whose prompts start with `prefix`, which runs once for all of them (or nothing
+    shared: an empty prefix)."""
+
+    prefix: tuple[int, ...]
+    units: tuple[tuple[Item, ...], ...]
+
+
+def _groups(items: Sequence[Item], micro_batch: int, prefix_sharing: bool) -> list[Group]:
+    """The update's units, grouped by shared prefix: without prefix sharing, every unit of `_units`
+    alone; with it, sequences as before and choices by `_prefix_groups`."""
+    if not prefix_sharing:
+        return [Group((), (tuple(unit),)) for unit in _units(items, micro_batch)]
+    sequences = [it for it in items if isinstance(it, TrainItem)]
+    groups = [Group((), (tuple(unit),)) for unit in _units(sequences, micro_batch)]
+    return groups + _prefix_groups([it for it in items if isinstance(it, ChoiceItem)])
+
+
+def _prefix_groups(choices: Sequence[ChoiceItem]) -> list[Group]:
+    """Choices grouped by the prompt prefix they share (sharing.prefix_groups); a group's decisions
+    in passes (sharing.passes), the choices of one decision always in the same pass."""
+    same: dict[Decision, list[ChoiceItem]] = {}
+    for it in choices:
+        same.setdefault((it.prompt_ids, it.candidates), []).append(it)
+    decisions = list(same)
+    groups = []
+    for n, members in prefix_groups([prompt for prompt, _ in decisions]):
+        mine = [decisions[d] for d in members]
+        if n == 0:  # nothing in common: each decision alone, whole
+            groups += [Group((), (tuple(same[d]),)) for d in mine]
+            continue
+        sizes = [len(prompt) - n + sum(map(len, candidates)) for prompt, candidates in mine]
+        units = tuple(tuple(it for d in part for it in same[mine[d]]) for part in passes(sizes, n))
+        groups.append(Group(mine[0][0][:n], units))
+    return groups
 
 
 def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
@@ -95,10 +143,22 @@ def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
     return units + list(same.values())
 
 
-def _unit_logprobs(policy: LocalPolicy, model, unit: list[Item]) -> tuple[Tensor, Tensor]:
+def _unit_logprobs(
+    policy: LocalPolicy, model, unit: Sequence[Item], shared: SharedPrefix
+) -> tuple[Tensor, Tensor]:
     """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences,
-    (B, 1) for choices of one decision (each one's log-probability under the softmax over candidates)."""
+    (B, 1) for choices (each one's log-probability under the softmax over its candidates), their
+    prompts' prefix from `shared` unless it is empty (then the unit is one decision's choices)."""
     device = policy.device
+    if isinstance(unit[0], ChoiceItem) and shared.prefix:
+        decisions = list(dict.fromkeys((it.prompt_ids, it.candidates) for it in unit))
+        scores = dict(zip(decisions, shared.scores(decisions), strict=True))  # each (K_d,)
+        temperature = policy.spec.temperature
+        logp = [
+            torch.log_softmax(scores[it.prompt_ids, it.candidates].float() / temperature, dim=-1)[it.chosen]
+            for it in unit
+        ]
+        return torch.stack(logp).view(-1, 1), torch.ones((len(unit), 1), device=device)  # (B, 1)
     if isinstance(unit[0], ChoiceItem):
         first = unit[0]
         scores = policy.candidate_scores(first.prompt_ids, first.candidates, model=model).float()  # (K,)
@@ -118,10 +178,35 @@ def _unit_logprobs(policy: LocalPolicy, model, unit: list[Item]) -> tuple[Tensor
     return logp.float(), (loss_mask[:, 1:] * attention[:, 1:]).float()  # targets are tokens 1..T-1
 
 
-def _tokens(unit: list[Item]) -> int:
+def _tokens(unit: Sequence[Item]) -> int:
     if isinstance(unit[0], ChoiceItem):
-        return sum(len(c) for c in unit[0].candidates)
+        decisions = dict.fromkeys((it.prompt_ids, it.candidates) for it in unit)
+        return sum(len(c) for _, candidates in decisions for c in candidates)
     return sum(sum(it.loss_mask[1:]) for it in unit)
+
+
+def _unit_loss(
+    trainer, unit: Sequence[Item], logp: Tensor, old: Tensor, mask: Tensor, ref: Tensor | None
+) -> tuple[Tensor, dict[str, Tensor], float]:
+    """(loss, clip stats, KL to the reference) of one unit: PPO-clip, plus kl_coef x KL when `ref`
+    (the reference log-probs) is given. All (B, N) but the unit."""
+    adv = torch.tensor([it.advantage for it in unit], device=logp.device)  # (B,)
+    weights = torch.tensor([it.weight for it in unit], device=logp.device)  # (B,)
+    loss, clip_stats = grpo.ppo_clip_loss(logp, old, adv, mask, trainer.clip_low, trainer.clip_high, weights)
+    if ref is None:
+        return loss, clip_stats, 0.0
+    per_seq_kl = torch.stack([grpo.kl_penalty(logp[b], ref[b], mask[b]) for b in range(len(unit))])  # (B,)
+    kl = (per_seq_kl * weights).sum() / weights.sum()
+    return loss + trainer.kl_coef * kl, clip_stats, kl.item()
+
+
+def _all_logprobs(policy: LocalPolicy, model, groups: Sequence[Group]) -> list[Tensor]:
+    """Every unit's log-probs under `model`, in order; call without gradients."""
+    out = []
+    for group in groups:
+        shared = SharedPrefix(policy, model, group.prefix)
+        out += [_unit_logprobs(policy, model, unit, shared)[0] for unit in group.units]
+    return out
 
 
 def run_update(policy: LocalPolicy, batch: Sequence[Item]) -> dict[str, float]:
@@ -141,7 +226,9 @@ def run_update(policy: LocalPolicy, batch: Sequence[Item]) -> dict[str, float]:
     total_weight = sum(it.weight for it in items)
     use_kl = trainer.kl_coef > 0
     trained = items if use_kl else [it for it in items if it.advantage != 0]
-    units = _units(trained, trainer.micro_batch)
+    sharing = trainer.update_prefix_sharing and supports_batching(model)  # packed passes need plain masks
+    groups = _groups(trained, trainer.micro_batch, sharing)
+    units = [unit for group in groups for unit in group.units]
 
     # Dropout stays off (eval mode) unless the spec asks for LoRA dropout. Then the first epoch's
     # forward pass gives exactly the old log-probs, and a separate no-grad pass (a quarter of the
@@ -152,40 +239,36 @@ def run_update(policy: LocalPolicy, batch: Sequence[Item]) -> dict[str, float]:
     ref: list[Tensor] = []
     with torch.no_grad():
         if dropout:
-            old = [_unit_logprobs(policy, model, unit)[0] for unit in units]
-        if use_kl:
+            old = _all_logprobs(policy, model, groups)
+        if use_kl:  # the reference shares prefixes too: its own keys/values, adapter off
             with policy.reference_model() as reference:
-                ref = [_unit_logprobs(policy, reference, unit)[0] for unit in units]
+                ref = _all_logprobs(policy, reference, groups)
 
     sums = dict.fromkeys(("loss", "clip_frac", "approx_kl", "ratio_mean", "kl", "grad_norm"), 0.0)
     for _ in range(trainer.epochs):
         policy.optimizer.zero_grad(set_to_none=True)
         model.train(dropout)
         epoch_loss, epoch_tokens = 0.0, 0.0
-        for i, unit in enumerate(units):
-            logp, mask = _unit_logprobs(policy, model, unit)  # (B, N)
-            if old[i] is None:
-                old[i] = logp.detach()
-            old_logp = old[i]
-            adv = torch.tensor([it.advantage for it in unit], device=logp.device)  # (B,)
-            weights = torch.tensor([it.weight for it in unit], device=logp.device)  # (B,)
-            loss, clip_stats = grpo.ppo_clip_loss(
-                logp, old_logp, adv, mask, trainer.clip_low, trainer.clip_high, weights
-            )
-            if use_kl:
-                per_seq_kl = torch.stack(
-                    [grpo.kl_penalty(logp[b], ref[i][b], mask[b]) for b in range(len(unit))]
-                )  # (B,)
-                kl = (per_seq_kl * weights).sum() / weights.sum()
-                loss = loss + trainer.kl_coef * kl
-                sums["kl"] += kl.item() * float(weights.sum()) / total_weight
-            share = float(weights.sum()) / total_weight  # this unit's part of the batch mean
-            (loss * share).backward()
-            epoch_loss += loss.item() * share
-            tokens = float(mask.sum())
-            epoch_tokens += tokens
-            for key, value in clip_stats.items():
-                sums[key] += float(value) * tokens
+        i = 0  # the unit's number, for its old and reference log-probs
+        for group in groups:
+            shared = SharedPrefix(policy, model, group.prefix)  # the prefix's pass, with gradients
+            for unit in group.units:
+                logp, mask = _unit_logprobs(policy, model, unit, shared)  # (B, N)
+                if old[i] is None:
+                    old[i] = logp.detach()
+                loss, clip_stats, kl = _unit_loss(
+                    trainer, unit, logp, old[i], mask, ref[i] if use_kl else None
+                )
+                share = sum(it.weight for it in unit) / total_weight  # this unit's part of the batch mean
+                (loss * share).backward()
+                epoch_loss += loss.item() * share
+                sums["kl"] += kl * share
+                tokens = float(mask.sum())
+                epoch_tokens += tokens
+                for key, value in clip_stats.items():
+                    sums[key] += float(value) * tokens
+                i += 1
+            shared.backward()  # the prefix's part of the gradient, once for all of its units
         model.eval()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, trainer.max_grad_norm))
         sums["loss"] += epoch_loss

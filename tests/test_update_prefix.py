@@ -1,0 +1,132 @@
+"""Prefix sharing in the score-mode update (`trainer.update_prefix_sharing`) gives the same gradient
+as running every decision's whole prompt.
+
+Real SmolLM2-135M-Instruct in fp32 with LoRA (B perturbed away from zero, so every adapter matrix
+has a gradient and the adapter-off reference differs). Four choices: two decisions of one system
+prompt, a second choice of one of them, and a decision of another system prompt. The LoRA gradients
+and the loss of one update must match the per-decision path's, with one or several passes per
+prefix and with the KL term.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pats.backends.local import LocalPolicy, sharing, training
+from pats.spec.models import LocalTrainerSpec, LoraSpec, PolicySpec
+
+pytestmark = pytest.mark.slow
+
+RULES = (
+    "You are playing a text-based game. Each turn choose one action that brings you closer to "
+    "finishing the task.\nTask: pick up objects, then place them in their usual locations."
+)
+LAUNDRY_RULES = "You sort laundry. Reply with one action.\n- plan: take the dirty socks, then wash them."
+KITCHEN = ["look around", "open fridge", "take red apple", "put red apple in fridge"]
+LAUNDRY = ["look around", "move west", "take dirty socks", "open washing machine"]
+
+
+class Recorder:
+    """Stands in for the optimizer: keeps each step's gradients, changes no weight."""
+
+    def __init__(self, params):
+        self.params, self.grads = params, []
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        self.grads.append([p.grad.clone() for p in self.params])
+
+
+def _policy(lora: LoraSpec) -> LocalPolicy:
+    trainer = LocalTrainerSpec(threads=1, autocast_bf16=False, max_grad_norm=1e9)
+    policy = LocalPolicy(PolicySpec(action="score", lora=lora), trainer, seed=0)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def policy():
+    threads = torch.get_num_threads()
+    yield _policy(LoraSpec(rank=4, alpha=8))
+    torch.set_num_threads(threads)  # the spec's thread count is process-wide
+
+
+def _items(policy):
+    kitchen = policy.chat_ids(RULES, "Observation: You are in the kitchen. You see a fridge and a red apple.")
+    hallway = policy.chat_ids(RULES, "Observation: Nothing happens.")
+    laundry = policy.chat_ids(LAUNDRY_RULES, "Observation: You are in the laundry room.")
+    return [
+        policy.choice_item(kitchen, KITCHEN, 2, advantage=1.0, weight=0.5),
+        policy.choice_item(hallway, KITCHEN[:2], 0, advantage=-1.0, weight=0.5),
+        policy.choice_item(kitchen, KITCHEN, 1, advantage=-0.5, weight=0.25),
+        policy.choice_item(laundry, LAUNDRY, 3, advantage=0.7),
+    ]
+
+
+def _update(policy, monkeypatch, sharing_on: bool, kl_coef: float):
+    trainer = policy.trainer.model_copy(update={"update_prefix_sharing": sharing_on, "kl_coef": kl_coef})
+    recorder = Recorder(policy.params)
+    monkeypatch.setattr(policy, "trainer", trainer)
+    monkeypatch.setattr(policy, "optimizer", recorder)
+    stats = policy.update(_items(policy))
+    return stats, recorder.grads[0]
+
+
+def test_the_groups_start_at_the_system_prompt(policy):
+    items = _items(policy)
+    kitchen, laundry = training._groups(items, micro_batch=4, prefix_sharing=True)
+    head = policy.chat_split(RULES, "x")[0]
+    # The system part, and the opening tokens of the user turn that both user messages share.
+    assert list(kitchen.prefix[: len(head)]) == head and len(kitchen.prefix) - len(head) < 8
+    assert [len(u) for u in kitchen.units] == [3]  # both kitchen choices and the hallway in one pass
+    assert laundry.prefix == items[3].prompt_ids[:-1]  # alone: all but the token before the actions
+
+
+@pytest.mark.parametrize("kl_coef,pass_tokens", [(0.0, 2048), (0.0, 1), (0.1, 2048)])
+def test_prefix_sharing_gives_the_per_decision_gradient(policy, monkeypatch, kl_coef, pass_tokens):
+    monkeypatch.setattr(sharing, "PASS_TOKENS", pass_tokens)  # 1: every decision its own pass
+    slow, slow_grads = _update(policy, monkeypatch, False, kl_coef)
+    fast, fast_grads = _update(policy, monkeypatch, True, kl_coef)
+    assert fast["steps"] == slow["steps"] == 1
+    for key in ("loss", "kl", "grad_norm", "tokens", "items"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-5, abs=1e-6), key
+    assert kl_coef == 0 or fast["kl"] > 1e-4  # the reference really differs
+    scale = max(g.abs().max() for g in slow_grads)
+    assert all(g.abs().max() > 0 for g in slow_grads)  # every LoRA matrix is trained
+    for a, b in zip(fast_grads, slow_grads, strict=True):
+        assert (a - b).abs().max() <= 5e-5 * scale, float((a - b).abs().max() / scale)
+
+
+def test_adapters_on_the_top_layers_only_get_the_same_gradient(policy, monkeypatch):
+    # Below the adapters no gradient flows: the prefix's keys/values there need none.
+    top = _policy(LoraSpec(rank=4, alpha=8, top_layers=8))
+    (slow, slow_grads), (fast, fast_grads) = (_update(top, monkeypatch, on, 0.0) for on in (False, True))
+    assert fast["loss"] == pytest.approx(slow["loss"], rel=1e-5)
+    scale = max(g.abs().max() for g in slow_grads)
+    for a, b in zip(fast_grads, slow_grads, strict=True):
+        assert (a - b).abs().max() <= 5e-5 * scale
+
+
+def test_prefix_groups_minimize_the_tokens_run():
+    system_a, system_b = (1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 9, 9, 9, 9, 9)
+    prompts = [system_a + (10, 11), system_a + (12,), system_b + (13, 14), system_a + (10, 11)]
+    assert sharing.prefix_groups(prompts) == [(8, [0, 1, 3]), (9, [2])]
+    # Two prompts that differ at the end only share everything before it.
+    assert sharing.prefix_groups([(1, 2, 3, 4), (1, 2, 3, 5)]) == [(3, [0, 1])]
+    assert sharing.prefix_groups([(5,), (5,)]) == [(0, [0, 1])]  # a prompt keeps its last token
+    assert sharing.prefix_groups([]) == []
+
+
+def test_passes_keep_to_the_token_and_cache_budgets(monkeypatch):
+    monkeypatch.setattr(sharing, "PASS_TOKENS", 10)
+    assert sharing.passes([4, 4, 4, 12, 1], prefix=1) == [[0, 1], [2], [3], [4]]
+    monkeypatch.setattr(sharing, "CACHE_ROWS", 20)
+    assert sharing.passes([1, 1, 1, 1, 1], prefix=10) == [[0, 1], [2, 3], [4]]
