@@ -1,16 +1,18 @@
-"""Cost of one score-mode GRPO update, three ways, on the same decisions, side by side in one process.
+"""Cost of one score-mode GRPO update, five ways, on the same decisions, side by side in one process.
 
-- `per-decision`: every decision its own forward/backward pass (how pats trained before);
-- `shared`: decisions with the same prompt and candidates share one pass (the default now: the
-  rollouts of a group share their first prompt, and more when they take the same actions);
-- `shared+top8`: the same, with LoRA adapters on the top 8 of 30 layers only (`policy.lora.top_layers`),
-  so the backward pass stops there.
+- `per-decision`: every decision its own forward/backward pass over its whole prompt;
+- `shared`: decisions with the same prompt and candidates share one pass (`trainer.update_prefix_sharing:
+  false`: the rollouts of a group share their first prompt, and more when they take the same actions);
+- `prefix`: decisions whose prompts share a prefix (the system prompt of a rollout group) run it once
+  with gradients, and their suffixes in packed passes against its keys/values (the default);
+- `shared+top8`, `prefix+top8`: the same, with LoRA adapters on the top 8 of 30 layers only
+  (`policy.lora.top_layers`), so the backward pass stops there.
 
 The decisions come from real quickstart episodes (SmolLM2-135M, twc, 10 turns), every one with an
 advantage. Timings alternate between the variants, `--repeats` rounds, median reported; the machine is
 shared, so compare the ratios, not the seconds. Writes bench/results/update.json.
 
-    python bench/update.py [--tasks 1] [--repeats 2]
+    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10]
 """
 
 from __future__ import annotations
@@ -53,53 +55,81 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", type=int, default=1, help="groups of 4 episodes to collect decisions from")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="timing rounds; the median is reported")
+    parser.add_argument("--turns", type=int, default=None, help="episode length (default: the spec's, 10)")
     args = parser.parse_args()
 
-    spec = load_spec(SPEC)
+    spec = load_spec(SPEC, [] if args.turns is None else [f"environment.max_turns={args.turns}"])
     backend = LocalBackend(spec, make_env_factory(spec))
     stored = decisions(backend, args.tasks)
     asyncio.run(backend.close())
     top = spec.policy.model_copy(update={"lora": spec.policy.lora.model_copy(update={"top_layers": 8})})
-    policies = {"per-decision": backend.policy, "shared": backend.policy, "shared+top8": None}
-    policies["shared+top8"] = LocalPolicy(top, spec.trainer, spec.seed)
+    top_policy = LocalPolicy(top, spec.trainer, spec.seed)
+    # name -> (policy, trainer.update_prefix_sharing)
+    variants = {
+        "per-decision": (backend.policy, False),
+        "shared": (backend.policy, False),
+        "shared+top8": (top_policy, False),
+        "prefix": (backend.policy, True),
+        "prefix+top8": (top_policy, True),
+    }
     shared_units = training._units
 
     def run(name: str) -> float:
         items = [backend._train_item(s, adv, w) for s, adv, w in stored]
+        policy, prefix_sharing = variants[name]
+        policy.trainer = spec.trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
         if name == "per-decision":
             training._units = lambda batch, micro_batch: [[it] for it in batch]
         try:
             start = time.perf_counter()
-            policies[name].update(items)
+            policy.update(items)
             return time.perf_counter() - start
         finally:
             training._units = shared_units
 
-    seconds: dict[str, list[float]] = {name: [] for name in policies}
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name in policies:
+        for name in variants:
             seconds[name].append(run(name))
             print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
 
     items = [backend._train_item(s, adv, w) for s, adv, w in stored]
     passes = len(shared_units(items, spec.trainer.micro_batch))
+    groups = training._groups(items, spec.trainer.micro_batch, prefix_sharing=True)
+    prompt_tokens = sum(len(it.prompt_ids) for it in items)
     median = {name: statistics.median(v) for name, v in seconds.items()}
     results = {
         "machine": f"{torch.get_num_threads()} torch threads, torch {torch.__version__}",
         "decisions": len(items),
         "passes_shared": passes,
+        "prefixes": len(groups),
+        "prefix_tokens": [len(g.prefix) for g in groups],
+        "passes_prefix": sum(len(g.units) for g in groups),
+        "mean_prompt_tokens": prompt_tokens / len(items),
         "seconds": seconds,
         "median_s": median,
         "ratio_shared": median["shared"] / median["per-decision"],
         "ratio_shared_top8": median["shared+top8"] / median["per-decision"],
+        "ratio_prefix": median["prefix"] / median["per-decision"],
+        "ratio_prefix_top8": median["prefix+top8"] / median["per-decision"],
+        "ratio_prefix_to_shared": median["prefix"] / median["shared"],
+        "ratio_prefix_top8_to_shared_top8": median["prefix+top8"] / median["shared+top8"],
     }
     out = write_result("update", results, RESULTS)
     print(f"wrote {out}")
     print(f"decisions: {len(items)}, passes when shared: {passes}")
-    for name in policies:
+    print(
+        f"prefix sharing: {len(groups)} prefixes of {results['prefix_tokens']} tokens "
+        f"(prompts {results['mean_prompt_tokens']:.0f} on average), {results['passes_prefix']} passes"
+    )
+    for name in variants:
         ratio = median[name] / median["per-decision"]
         print(f"{name}: median {median[name]:.1f} s  ({ratio:.2f}x of per-decision)")
+    print(
+        f"prefix / shared: {results['ratio_prefix_to_shared']:.2f}x, "
+        f"prefix+top8 / shared+top8: {results['ratio_prefix_top8_to_shared_top8']:.2f}x"
+    )
 
 
 if __name__ == "__main__":
