@@ -1,4 +1,4 @@
-"""`pats` command line: validate, show and schema for specs.
+"""`pats` command line: validate, show, run, report, scaffold, eval, export and schema.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -125,6 +125,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scaffold(args: argparse.Namespace) -> int:
+    from pats.scaffold.history import format_history, format_version, open_versions
+
+    versions = open_versions(Path(args.run_dir))
+    if args.version is None:
+        print(format_history(versions))
+        return 0
+    if not 0 <= args.version < len(versions):
+        raise PatsError(f"no scaffold version {args.version} in {args.run_dir}; it has 0..{len(versions) - 1}")
+    print(format_version(versions[args.version]))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from pats.engine.evaluate import evaluate_run
 
@@ -208,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "scaffold",
+        help="show how a run's guidance evolved, version by version",
+        description="Read RUN_DIR/scaffold/versions/ and print, for each version, the entries it added (+), "
+        "rewrote (~, with the old text) and removed (-); with --version N, every entry of version N.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--version", type=int, metavar="N", help="print version N in full instead")
+    p.set_defaults(func=cmd_scaffold)
 
     p = sub.add_parser(
         "eval",

@@ -1,0 +1,71 @@
+"""How a run's guidance evolved: each scaffold version as the entries it added, changed and removed.
+
+Read from the run directory's scaffold/versions/*.json (the store's own files, checked against their
+hashes), so `pats scaffold RUN_DIR` needs no model and works on a run that is still going.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pats.errors import PatsError
+from pats.scaffold.store import ScaffoldStore
+from pats.types import ScaffoldEntry, ScaffoldVersion
+
+
+@dataclass(frozen=True)
+class Change:
+    """One version against its predecessor."""
+
+    version: ScaffoldVersion
+    added: tuple[ScaffoldEntry, ...]
+    updated: tuple[tuple[ScaffoldEntry, ScaffoldEntry], ...]  # (before, after)
+    removed: tuple[ScaffoldEntry, ...]
+
+
+def open_versions(run_dir: Path) -> list[ScaffoldVersion]:
+    folder = Path(run_dir) / "scaffold"
+    if not (folder / "versions").is_dir():
+        raise PatsError(
+            f"{run_dir} has no scaffold/versions/: not a run directory, or a run with scaffold.mode none "
+            "(give the folder `pats run` wrote, e.g. runs/quickstart)"
+        )
+    return ScaffoldStore.open(folder, count_tokens=len, view_tokens=1).versions()
+
+
+def changes(versions: list[ScaffoldVersion]) -> list[Change]:
+    out = []
+    for before, after in zip(versions, versions[1:], strict=False):
+        old = {e.id: e for e in before.entries}
+        new = {e.id: e for e in after.entries}
+        out.append(
+            Change(
+                version=after,
+                added=tuple(e for i, e in new.items() if i not in old),
+                updated=tuple((old[i], e) for i, e in new.items() if i in old and old[i].text != e.text),
+                removed=tuple(e for i, e in old.items() if i not in new),
+            )
+        )
+    return out
+
+
+def _line(mark: str, e: ScaffoldEntry) -> str:
+    return f"  {mark} {e.id} {e.kind:7s} {e.scope}: {e.text}"
+
+
+def format_history(versions: list[ScaffoldVersion]) -> str:
+    lines = []
+    for c in changes(versions):
+        v = c.version
+        total = sum(e.tokens for e in v.entries)
+        lines.append(f"version {v.number} (after step {v.step}): {len(v.entries)} entries, {total} tokens")
+        lines += [_line("+", e) for e in c.added]
+        lines += [_line("~", after) + f"   (was: {before.text})" for before, after in c.updated]
+        lines += [_line("-", e) for e in c.removed]
+    return "\n".join(lines) if lines else "no scaffold version was written (the scaffold never changed)"
+
+
+def format_version(version: ScaffoldVersion) -> str:
+    head = f"version {version.number} (after step {version.step}), hash {version.hash}"
+    return "\n".join([head, *(_line("*", e) for e in version.entries)])

@@ -1,0 +1,53 @@
+"""`pats scaffold RUN_DIR`: the guidance's history, read back from the store's version files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pats.cli.main import main
+from pats.logging.events import read_events
+from pats.spec.models import ExperimentSpec
+from pats.testing import ScriptedBackend, improving_schedule
+from pats.testing.engine import fake_engine
+
+
+def spec() -> ExperimentSpec:
+    return ExperimentSpec.model_validate(
+        {
+            "name": "history",
+            "environment": {"kind": "twx", "num_eval_tasks": 4},
+            "scaffold": {"mode": "pats", "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300}},
+            "trainer": {"steps": 30, "tasks_per_step": 4, "group_size": 4},
+            "eval": {"every": 100, "at_start": False},
+        }
+    )
+
+
+def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
+    engine = fake_engine(spec(), tmp_path, ScriptedBackend(improving_schedule(), seed=1), count_tokens)
+    asyncio.run(engine.run())
+    engine.events.close()
+    versions = sorted((tmp_path / "scaffold" / "versions").glob("*.json"))
+    edits = [e["edit"] for e in read_events(tmp_path / "events.jsonl", "edit")]
+    assert {"ADD", "DELETE"} <= {e["op"] for e in edits}
+
+    assert main(["scaffold", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert sum(line.startswith("version ") for line in lines) == len(versions)
+    added = [line for line in lines if line.startswith("  + ")]
+    removed = [line for line in lines if line.startswith("  - ")]
+    assert len(added) == sum(e["op"] == "ADD" for e in edits)
+    assert len(removed) == sum(e["op"] == "DELETE" for e in edits)
+    last = json.loads(versions[-1].read_text())
+    assert f"{len(last['entries'])} entries" in [line for line in lines if line.startswith("version ")][-1]
+
+    assert main(["scaffold", str(tmp_path), "--version", str(last["number"])]) == 0
+    full = capsys.readouterr().out
+    assert all(e["text"] in full for e in last["entries"])
+
+
+def test_a_folder_without_versions_says_what_to_give(tmp_path, capsys):
+    assert main(["scaffold", str(tmp_path)]) == 1
+    assert "runs/quickstart" in capsys.readouterr().err
