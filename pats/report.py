@@ -129,4 +129,9 @@ def _summary(run_dir: Path, steps, evals, plots) -> str:
                 f"{_fmt(m.get('eval_with_scaffold/success', '-'))} | {_fmt(m.get('eval/reliance_gap', '-'))} |"
             )
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    if (run_dir / "scaffold" / "versions").is_dir():
+        from pats.scaffold.history import format_history, open_versions
+
+        history = format_history(open_versions(run_dir))
+        lines += ["## Scaffold history (`pats scaffold`)", "", "```", history, "```", ""]
     return "\n".join(lines)

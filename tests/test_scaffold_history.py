@@ -43,9 +43,21 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     last = json.loads(versions[-1].read_text())
     assert f"{len(last['entries'])} entries" in [line for line in lines if line.startswith("version ")][-1]
 
+    assert all(f"[cites {', '.join(e['cites'])}]" in out for e in last["entries"] if e["cites"])
+
     assert main(["scaffold", str(tmp_path), "--version", str(last["number"])]) == 0
     full = capsys.readouterr().out
     assert all(e["text"] in full for e in last["entries"])
+
+    assert main(["scaffold", str(tmp_path), "--diff", "0", str(last["number"])]) == 0
+    whole = capsys.readouterr().out.splitlines()
+    assert whole[0].startswith(f"version 0 -> version {last['number']}")
+    assert sorted(line.split()[1] for line in whole[1:]) == sorted(e["id"] for e in last["entries"])
+    assert all(line.startswith("  + ") for line in whole[1:]), "from the empty version 0 all is added"
+
+    assert main(["report", str(tmp_path)]) == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "## Scaffold history" in summary and added[0].strip() in summary
 
 
 def test_a_folder_without_versions_says_what_to_give(tmp_path, capsys):

@@ -126,15 +126,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scaffold(args: argparse.Namespace) -> int:
-    from pats.scaffold.history import format_history, format_version, open_versions
+    from pats.scaffold.history import format_diff, format_history, format_version, open_versions
 
     versions = open_versions(Path(args.run_dir))
-    if args.version is None:
+    for n in [*([args.version] if args.version is not None else []), *(args.diff or [])]:
+        if not 0 <= n < len(versions):
+            raise PatsError(f"no scaffold version {n} in {args.run_dir}; it has 0..{len(versions) - 1}")
+    if args.diff:
+        print(format_diff(versions, *args.diff))
+    elif args.version is not None:
+        print(format_version(versions[args.version]))
+    else:
         print(format_history(versions))
-        return 0
-    if not 0 <= args.version < len(versions):
-        raise PatsError(f"no scaffold version {args.version} in {args.run_dir}; it has 0..{len(versions) - 1}")
-    print(format_version(versions[args.version]))
     return 0
 
 
@@ -226,10 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
         "scaffold",
         help="show how a run's guidance evolved, version by version",
         description="Read RUN_DIR/scaffold/versions/ and print, for each version, the entries it added (+), "
-        "rewrote (~, with the old text) and removed (-); with --version N, every entry of version N.",
+        "rewrote (~, with the old text) and removed (-), with the cards each cites; --version N prints every "
+        "entry of version N, --diff A B what changed from A to B. `pats report` puts the history in summary.md.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--version", type=int, metavar="N", help="print version N in full instead")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--version", type=int, metavar="N", help="print version N in full instead")
+    which.add_argument("--diff", type=int, nargs=2, metavar=("A", "B"), help="what changed from version A to B")
     p.set_defaults(func=cmd_scaffold)
 
     p = sub.add_parser(

@@ -34,36 +34,42 @@ def open_versions(run_dir: Path) -> list[ScaffoldVersion]:
     return ScaffoldStore.open(folder, count_tokens=len, view_tokens=1).versions()
 
 
-def changes(versions: list[ScaffoldVersion]) -> list[Change]:
-    out = []
-    for before, after in zip(versions, versions[1:], strict=False):
-        old = {e.id: e for e in before.entries}
-        new = {e.id: e for e in after.entries}
-        out.append(
-            Change(
-                version=after,
-                added=tuple(e for i, e in new.items() if i not in old),
-                updated=tuple((old[i], e) for i, e in new.items() if i in old and old[i].text != e.text),
-                removed=tuple(e for i, e in old.items() if i not in new),
-            )
-        )
-    return out
+def diff(before: ScaffoldVersion, after: ScaffoldVersion) -> Change:
+    old = {e.id: e for e in before.entries}
+    new = {e.id: e for e in after.entries}
+    return Change(
+        version=after,
+        added=tuple(e for i, e in new.items() if i not in old),
+        updated=tuple((old[i], e) for i, e in new.items() if i in old and old[i].text != e.text),
+        removed=tuple(e for i, e in old.items() if i not in new),
+    )
 
 
 def _line(mark: str, e: ScaffoldEntry) -> str:
-    return f"  {mark} {e.id} {e.kind:7s} {e.scope}: {e.text}"
+    cites = f"   [cites {', '.join(e.cites)}]" if e.cites and mark != "-" else ""
+    return f"  {mark} {e.id} {e.kind:7s} {e.scope}: {e.text}{cites}"
+
+
+def format_change(c: Change, title: str) -> list[str]:
+    v = c.version
+    total = sum(e.tokens for e in v.entries)
+    lines = [f"{title}: {len(v.entries)} entries, {total} tokens"]
+    lines += [_line("+", e) for e in c.added]
+    lines += [_line("~", after) + f"   (was: {before.text})" for before, after in c.updated]
+    lines += [_line("-", e) for e in c.removed]
+    return lines
 
 
 def format_history(versions: list[ScaffoldVersion]) -> str:
     lines = []
-    for c in changes(versions):
-        v = c.version
-        total = sum(e.tokens for e in v.entries)
-        lines.append(f"version {v.number} (after step {v.step}): {len(v.entries)} entries, {total} tokens")
-        lines += [_line("+", e) for e in c.added]
-        lines += [_line("~", after) + f"   (was: {before.text})" for before, after in c.updated]
-        lines += [_line("-", e) for e in c.removed]
+    for before, after in zip(versions, versions[1:], strict=False):
+        lines += format_change(diff(before, after), f"version {after.number} (after step {after.step})")
     return "\n".join(lines) if lines else "no scaffold version was written (the scaffold never changed)"
+
+
+def format_diff(versions: list[ScaffoldVersion], a: int, b: int) -> str:
+    title = f"version {a} -> version {b} (after step {versions[b].step})"
+    return "\n".join(format_change(diff(versions[a], versions[b]), title))
 
 
 def format_version(version: ScaffoldVersion) -> str:
