@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, fmt, heldout, paired_bootstrap, read_run, run_condition, wilson  # noqa: E402
+from common import REPO, RESULTS, finished, fmt, heldout, paired_bootstrap, read_run, run_condition, wilson  # noqa: E402
 from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
 
 CONDITIONS: dict[str, tuple[str, ...]] = {
@@ -116,6 +116,7 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
             {
                 k: m.get(k)
                 for k in (
+                    "train/success",
                     "train_with_scaffold/success",
                     "train_without_scaffold/success",
                     "train/informative_groups",
@@ -164,6 +165,20 @@ def summarize(setting: str) -> str:
     return "\n".join(rows)
 
 
+def refresh(args, folder: Path) -> None:
+    """Each cell file rebuilt from its finished run directory; how it was trained and timed is kept."""
+    spec_file = REPO / "bench" / "runs" / "demonstration" / args.setting / "base.yaml"
+    for path in sorted(folder.glob("*-s*.json")):
+        old = json.loads(path.read_text())
+        if not finished(REPO / "bench" / "runs" / "demonstration" / args.setting / path.stem, args.steps):
+            print(f"{path.stem}: no finished run directory here; left as it is")
+            continue
+        new = cell(args, old["condition"], old["seed"], spec_file)
+        new |= {k: old[k] for k in ("trained", "seconds", "protocol") if k in old}
+        path.write_text(json.dumps(new, indent=1) + "\n")
+        print(f"refreshed {path}")
+
+
 def outcomes(cells: list[dict], seeds: set[int]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for c in sorted(cells, key=lambda c: c["seed"]):
@@ -192,9 +207,14 @@ def main(argv=None) -> None:
     p.add_argument("--heldout", type=int, default=32, help="dev tasks of the final held-out test")
     p.add_argument("--samples", type=int, default=2, help="sampled episodes per held-out task")
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
+    p.add_argument("--refresh", action="store_true",
+                   help="re-read finished cells' run directories into their files (no training; after the "
+                        "record gains a field)")
     args = p.parse_args(argv)  # fmt: skip
     folder = RESULTS / "demonstration" / args.setting
-    if not args.report_only:
+    if args.refresh:
+        refresh(args, folder)
+    elif not args.report_only:
         spec_file = base_spec(args)
         for seed in args.seeds:  # seed-major: whole seeds finish first
             for cond in args.conditions:
