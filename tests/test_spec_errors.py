@@ -31,6 +31,14 @@ def test_unknown_key(write):
     assert issue.message.startswith("unknown key 'colour'; keys allowed here: environment, eval, judge")
 
 
+def test_a_key_in_the_wrong_section_names_the_section_it_belongs_to(write):
+    issue = one(write("s.yaml", GOOD + "removal: false\n"))  # dedented out of scaffold:
+    assert issue.path == "removal"
+    assert "it belongs under scaffold:" in issue.message and "did you mean" not in issue.message
+    issue = one(write("s.yaml", GOOD + "trainer:\n  api_base: http://x\n"))
+    assert "under judge.llm: or under reviser.llm:" in issue.message
+
+
 def test_misspelled_key_suggests_close_match(write):
     issue = one(write("s.yaml", GOOD + "trainer:\n  stpes: 3\n"))
     assert issue.path == "trainer.stpes"

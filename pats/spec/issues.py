@@ -39,6 +39,10 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
     if kind == "extra_forbidden":
         key = str(path[-1])
         allowed = sorted(parent.model_fields) if parent else []
+        homes = [h for h in _sections_with(key) if h != ".".join(map(str, path[:-1]))]
+        if 0 < len(homes) <= 3:  # a key in the wrong section (dedented): say where it belongs
+            where = " or ".join(f"under {h}:" if h else "at the top level" for h in homes)
+            return f"'{key}' is not a key here; it belongs {where}. Keys allowed here: {', '.join(allowed)}"
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'? " if close else ""
         return f"unknown key '{key}'; {hint}keys allowed here: {', '.join(allowed)}"
@@ -79,6 +83,27 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
         return f"{_show(value)} is too short; it must not be empty"
     msg = e["msg"].removeprefix("Value error, ")
     return msg if kind == "value_error" else f"{msg} (got {_show(value)})"
+
+
+def _sections_with(key: str) -> list[str]:
+    """Dotted paths of the spec sections (any kind of them) that have a field named `key`."""
+    from pats.spec.models import ExperimentSpec
+
+    found: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str, seen: frozenset) -> None:
+        if key in model.model_fields:
+            found.append(prefix)
+        for name, field in model.model_fields.items():
+            for sub in _model_choices(_item_type(field.annotation) or field.annotation).values():
+                if sub not in seen:
+                    walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
+            for sub in _model_choices(field.annotation).values():
+                if sub not in seen:
+                    walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
+
+    walk(ExperimentSpec, "", frozenset({ExperimentSpec}))
+    return sorted(set(found))
 
 
 def _yaml_path(root: type[BaseModel], loc: tuple) -> tuple[list, type[BaseModel] | None]:
