@@ -193,7 +193,7 @@ def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
         items = stored[r.id]
         assert len(items) == len(r.turns)
         item = backend._train_item(items[0], advantage=1.0, weight=0.5)
-        prompt, response = items[0]
+        prompt, response = items[0].prompt, items[0].response
         assert item.input_ids == tuple(prompt) + tuple(response)
         assert sum(item.loss_mask) == len(response) and item.loss_mask[: len(prompt)] == (0,) * len(prompt)
 

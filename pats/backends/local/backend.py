@@ -32,6 +32,26 @@ from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn
 
 
+@dataclass(frozen=True)
+class ScoredTurn:
+    """A score-mode turn as played: the prompt ids, the candidate actions, the one chosen."""
+
+    prompt: tuple[int, ...]
+    actions: tuple[str, ...]
+    chosen: int
+
+
+@dataclass(frozen=True)
+class GeneratedTurn:
+    """A generate-mode turn as played: the prompt ids and the policy's own tokens."""
+
+    prompt: tuple[int, ...]
+    response: tuple[int, ...]
+
+
+StoredTurn = ScoredTurn | GeneratedTurn
+
+
 @dataclass
 class Episode:
     id: str
@@ -41,7 +61,7 @@ class Episode:
     state: StepResult | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
-    items: list = field(default_factory=list)  # per-turn training data, advantage filled in later
+    items: list[StoredTurn] = field(default_factory=list)  # per turn; the advantage comes in update()
     reward: float = 0.0
     won: bool = False
     done: bool = False
@@ -55,7 +75,7 @@ class LocalBackend:
         self.make_env = make_env
         self.envs: list[Env] = []  # reused across steps: an environment may hold a process (a JVM)
         self.instructions = instructions(spec.environment.kind, spec.policy.action)
-        self.pending: dict[str, list] = {}  # rollout id -> its turns' training items
+        self.pending: dict[str, list[StoredTurn]] = {}  # rollout id -> its turns, until update()
 
     # -- PolicyBackend -------------------------------------------------------------------------
 
@@ -178,7 +198,7 @@ class LocalBackend:
                 chosen = [self.policy.choose(p, a, greedy)[0] for p, a in zip(prompts, actions, strict=True)]
             out = []
             for ep, prompt, acts, index in zip(live, prompts, actions, chosen, strict=True):
-                ep.items.append((prompt, acts, index))
+                ep.items.append(ScoredTurn(tuple(prompt), tuple(acts), index))
                 action = acts[index]
                 out.append((action, action, True, "", len(prompt), len(self.policy.action_ids(action))))
             return out
@@ -192,7 +212,7 @@ class LocalBackend:
             else:
                 action, valid, reason = parse_action(text, list(ep.state.admissible) or None)
             if response:
-                ep.items.append((prompt, response))
+                ep.items.append(GeneratedTurn(tuple(prompt), tuple(response)))
             out.append((action, text, valid, reason, len(prompt), len(response)))
         return out
 
@@ -229,14 +249,13 @@ class LocalBackend:
             result = result.model_copy(update={"admissible": ep.state.admissible})
         ep.state = result
 
-    def _train_item(self, stored: tuple, advantage: float, weight: float) -> ChoiceItem | TrainItem:
+    def _train_item(self, stored: StoredTurn, advantage: float, weight: float) -> ChoiceItem | TrainItem:
         """A stored turn as a training item, now that its episode's advantage is known."""
-        if len(stored) == 3:  # score mode: (prompt ids, candidate actions, chosen index)
-            prompt, actions, chosen = stored
-            return self.policy.choice_item(prompt, actions, chosen, advantage, weight)
-        prompt, response = stored
+        if isinstance(stored, ScoredTurn):
+            return self.policy.choice_item(stored.prompt, stored.actions, stored.chosen, advantage, weight)
+        prompt, response = stored.prompt, stored.response
         return TrainItem(
-            input_ids=tuple(prompt) + tuple(response),
+            input_ids=prompt + response,
             loss_mask=(0,) * len(prompt) + (1,) * len(response),
             advantage=advantage,
             weight=weight,
