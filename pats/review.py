@@ -8,7 +8,10 @@ Modes are resolved once, when `build_scaffold_policy` picks a class, never insid
 
 A review never blocks training on a failing reviser: an invalid edit set is retried once with the
 validation errors as feedback, then the rules reviser answers instead (logged as a fallback); a set
-that still fails is refused and the scaffold stays as it was for that task type. Each type's set is
+that still fails is refused and the scaffold stays as it was for that task type. A reviser that the rules
+had to replace for every task type FALLBACK_STREAK_WARNING steps in a row is announced once on stderr
+(and `fallback_streak` counts such steps for the metrics): it is misconfigured or unfit, and training
+without it should not pass unnoticed. Each type's set is
 checked with the scaffold's one edit validator (`pats.scaffold.validate.validate_edits`), whose rules
 include every rule of `ScaffoldStore.apply`, so nothing the store would refuse leaves the review.
 """
@@ -16,6 +19,7 @@ include every rule of `ScaffoldStore.apply`, so nothing the store would refuse l
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -36,6 +40,10 @@ from pats.types import (
     ScaffoldView,
     Task,
 )
+
+# Steps in a row in which the rules reviser answered every task type before the run says so: one such
+# step can be one bad answer or a slow server, three in a row is a reviser that is not working.
+FALLBACK_STREAK_WARNING = 3
 
 
 def _empty_result(step: int) -> ReviewResult:
@@ -91,6 +99,7 @@ class RevisingScaffold(StaticScaffold):
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
         self.removal = spec.removes
         self._faults_seen = 0  # LLM fault counters are cumulative; results report each step's share
+        self.fallback_streak = 0  # steps in a row in which the rules reviser answered every task type
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
         cards: list[EvidenceCard] = []
@@ -131,6 +140,11 @@ class RevisingScaffold(StaticScaffold):
                 edits.append(edit)
             refused += type_refused
             fallback |= type_fallback
+        if outcomes:  # a step without task types asked no reviser: it neither extends nor ends a streak
+            replaced = all(type_fallback for _, _, type_fallback, _ in outcomes)
+            self.fallback_streak = self.fallback_streak + 1 if replaced else 0
+            if self.fallback_streak == FALLBACK_STREAK_WARNING:
+                _announce_streak(step, refused)
         return ReviewResult(
             step=step,
             cards=tuple(cards),
@@ -138,6 +152,7 @@ class RevisingScaffold(StaticScaffold):
             edits=tuple(edits),
             refused=tuple(refused),
             fallback=fallback,
+            fallback_streak=self.fallback_streak,
             llm_faults=self._new_faults(),
             over_budget=over_budget,
             seconds=time.perf_counter() - start,
@@ -207,6 +222,17 @@ class RevisingScaffold(StaticScaffold):
 
     def apply(self, result: ReviewResult, step: int):
         return self.store.apply(result.edits, step) if result.edits else None
+
+
+def _announce_streak(step: int, refused: Sequence[str]) -> None:
+    why = f" First problem of step {step}: {refused[0][:300]}." if refused else ""
+    print(
+        f"warning: step {step}: the LLM reviser has failed {FALLBACK_STREAK_WARNING} steps in a row; the "
+        f"rules reviser answered every task type in its place.{why} Training goes on; check reviser.llm "
+        "(model, api_base, api_key_env) and the metrics review/llm_faults, review/fallback_streak.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _faults(component) -> int:

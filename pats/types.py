@@ -197,6 +197,7 @@ class ReviewResult(Record):
     edits: tuple[Edit, ...]  # the accepted edit set (may be empty)
     refused: tuple[str, ...] = ()  # validation errors of refused edit sets
     fallback: bool = False  # the LLM reviser failed and the rules reviser answered
+    fallback_streak: int = 0  # steps in a row, this one included, where rules answered every task type
     llm_faults: int = 0
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0

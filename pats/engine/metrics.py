@@ -64,6 +64,7 @@ def review_metrics(result: ReviewResult) -> dict[str, float]:
     )
     out["review/refused_sets"] = float(len(result.refused))
     out["review/fallback"] = float(result.fallback)
+    out["review/fallback_streak"] = float(result.fallback_streak)
     out["review/llm_faults"] = float(result.llm_faults)
     out["review/over_budget"] = float(result.over_budget)
     out["review/cards"] = float(len(result.cards))
