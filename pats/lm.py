@@ -258,6 +258,7 @@ class LLMCaller:
         self.deadline_s = deadline_s if deadline_s is not None else 2 * spec.timeout_s + 1.0
         self.max_wait_s = max_wait_s
         self.faults: Counter[str] = Counter()
+        self.last_error: BaseException | None = None  # the fault behind the last JudgeError raised
         self.calls = 0
         self.seconds = 0.0
         self._retry_lms: dict[int, Any] = {}
@@ -287,7 +288,7 @@ class LLMCaller:
                     if kind is None:
                         raise  # a bug, not an LLM fault: keep its traceback
                     self.faults[kind] += 1
-                    error = exc
+                    error = self.last_error = exc
                 else:
                     self.calls += 1
                     self.seconds += time.monotonic() - started

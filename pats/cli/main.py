@@ -37,9 +37,11 @@ def _validate_one(path: str, overrides: list[str]) -> str:
             return "reviser prompt"
         load_rubric(path, Path(path).stem)
         return "judge rubric"
+    from pats.llm_check import check_providers
     from pats.spec import load_spec
 
     spec = load_spec(path, overrides)
+    check_providers(spec, file=path)  # imports LiteLLM (seconds), so not in load_spec
     if spec.judge.kind == "llm":  # a missing or malformed rubric is caught now, not mid-run
         from pats.judges import load_rubric
 

@@ -241,7 +241,18 @@ def _resume_hint(run_dir: Path) -> str:
     return f"The run directory is intact ({where}): continue with `pats run --resume {run_dir}`"
 
 
+def check_llms(spec: ExperimentSpec) -> None:
+    """Before anything is written or loaded: LiteLLM knows each LLM's provider, and each LLM the run
+    calls answers one short request (see pats.llm_check), so a misconfigured one stops the run here
+    instead of leaving every review to the rules reviser."""
+    from pats.llm_check import check_providers, preflight
+
+    check_providers(spec)
+    preflight(spec)
+
+
 def run_spec(spec: ExperimentSpec) -> Path:
+    check_llms(spec)
     if spec.trainer.backend == "verl":
         from pats.backends.verl.launch import run_verl
 
@@ -251,6 +262,7 @@ def run_spec(spec: ExperimentSpec) -> Path:
 
 def resume(run_dir: Path) -> Path:
     spec, state = load_run(run_dir)
+    check_llms(spec)
     if spec.trainer.backend == "verl":  # verl resumes from <run_dir>/checkpoints (resume_mode=auto)
         from pats.backends.verl.launch import run_verl
 

@@ -117,6 +117,13 @@ class LLMSpec(SpecModel):
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each retry.")
     concurrency: int = Field(4, ge=1, le=256, description="LLM calls in flight at once.")
     cache: bool = Field(False, description="Cache LLM responses (off: every step asks afresh).")
+    preflight: bool = Field(
+        True,
+        description="pats run first sends this LLM one short request and stops, saying what to fix, when "
+        "the key is refused, the model unknown or the server unreachable; false skips it (a failing LLM "
+        "then costs its retries every step: the rules reviser answers in its place, a judge's grades "
+        "stay unscored).",
+    )
 
     @field_validator("model")
     @classmethod

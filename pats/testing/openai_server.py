@@ -6,7 +6,7 @@ model on `GET /v1/models`. It is a real HTTP server, so a test exercises the who
 
 - `"text"`: a normal answer with that content;
 - `{"status": 429, "retry_after": 0.1}`: an error response (any status), with a Retry-After header
-  when `retry_after` is given;
+  when `retry_after` is given (`message` and `kind` set the error body's text and type);
 - `{"delay": 5.0}`: sleep first (longer than the client's timeout to provoke one), then answer
   `item["text"]` (default "");
 - `{"malformed": True}`: status 200 with a body that is not JSON;
@@ -15,6 +15,13 @@ model on `GET /v1/models`. It is a real HTTP server, so a test exercises the who
 
 Requests after the script ran out get status 500 and count in `exhausted`. Every request body is kept in
 `requests` (parsed JSON) for assertions, and `max_in_flight` is the most requests handled at once.
+
+`pats run`'s preflight request (`pats.llm_check.PREFLIGHT_PROMPT`) is answered with the `preflight`
+item (default "ok") and kept in `preflights`, never in `requests`: it consumes no script item, so a
+script written for the review's calls stays in step. Like a real server, it can refuse keys and
+models: with `api_key` set, a request without `Authorization: Bearer <api_key>` gets 401; with `models`
+set, a request for another model gets 404. Both are answered before the script (and the preflight), and
+consume nothing.
 
     with ScriptedOpenAIServer(["hello"]) as server:
         lm = dspy.LM("openai/any", api_base=server.base_url, api_key="dummy")
@@ -30,14 +37,28 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pats.llm_check import PREFLIGHT_PROMPT
+
 ScriptItem = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
 
 
 class ScriptedOpenAIServer:
-    def __init__(self, script: Iterable[ScriptItem] = (), *, model: str = "scripted"):
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        model: str = "scripted",
+        preflight: ScriptItem = "ok",
+        api_key: str | None = None,
+        models: Iterable[str] | None = None,
+    ):
         self.script: list[ScriptItem] = list(script)
         self.model = model
+        self.preflight = preflight  # the answer to every preflight request
+        self.api_key = api_key  # None: any key (or none) is accepted
+        self.models = set(models) if models is not None else None  # None: every model is served
         self.requests: list[dict[str, Any]] = []
+        self.preflights: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self.exhausted = 0
@@ -100,16 +121,33 @@ class ScriptedOpenAIServer:
         """The text of all messages of each recorded request, joined, in request order."""
         return ["\n".join(_content(m) for m in body.get("messages", [])) for body in self.requests]
 
-    def _next(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        with self._lock:
-            self.requests.append(body)
-            if not self.script:
-                self.exhausted += 1
-                return None
-            item = self.script.pop(0)
+    def _next(self, body: dict[str, Any], authorization: str | None) -> dict[str, Any] | None:
+        refusal = self._refusal(body, authorization)
+        if refusal is None and _is_preflight(body):
+            with self._lock:
+                self.preflights.append(body)
+            item = self.preflight
+        else:
+            with self._lock:
+                self.requests.append(body)
+                if refusal is not None:
+                    return refusal
+                if not self.script:
+                    self.exhausted += 1
+                    return None
+                item = self.script.pop(0)
         if callable(item):
             item = item(body)
         return {"text": item} if isinstance(item, str) else dict(item)
+
+    def _refusal(self, body: dict[str, Any], authorization: str | None) -> dict[str, Any] | None:
+        """The 401 or 404 a real server would answer for a wrong key or an unknown model, else None."""
+        if self.api_key is not None and authorization != f"Bearer {self.api_key}":
+            return {"status": 401, "message": "Incorrect API key provided", "kind": "invalid_api_key"}
+        model = str(body.get("model"))
+        if self.models is not None and model not in self.models:
+            return {"status": 404, "message": f"The model `{model}` does not exist.", "kind": "NotFoundError"}
+        return None
 
     def _enter(self) -> None:
         with self._lock:
@@ -119,6 +157,10 @@ class ScriptedOpenAIServer:
     def _leave(self) -> None:
         with self._lock:
             self.in_flight -= 1
+
+
+def _is_preflight(body: dict[str, Any]) -> bool:
+    return any(_content(m).strip() == PREFLIGHT_PROMPT for m in body.get("messages", []))
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -168,10 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            model = self.server_double.model
-            self._send(
-                200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "pats"}]}
-            )
+            double = self.server_double
+            models = sorted(double.models) if double.models is not None else [double.model]
+            data = [{"id": m, "object": "model", "owned_by": "pats"} for m in models]
+            self._send(200, {"object": "list", "data": data})
         else:
             self._send(404, _error(f"no route GET {self.path}", "not_found"))
 
@@ -189,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
         double = self.server_double
         double._enter()
         try:
-            self._answer(double, double._next(body), body)
+            self._answer(double, double._next(body, self.headers.get("Authorization")), body)
         finally:
             double._leave()
 
@@ -208,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Retry-After"] = f"{seconds:g}"
                 headers["retry-after-ms"] = str(int(seconds * 1000))
             message = item.get("message", f"scripted error {status}")
-            kind = "rate_limit_exceeded" if status == 429 else "server_error"
+            kind = item.get("kind") or ("rate_limit_exceeded" if status == 429 else "server_error")
             self._send(status, _error(message, kind), headers)
         elif item.get("malformed"):
             self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [ this is not json')
