@@ -78,3 +78,8 @@ class RunInterrupted(PatsError):
     def __init__(self, message: str, signum: int):
         super().__init__(message)
         self.exit_code = 128 + signum  # the shell's convention for a process ended by a signal
+
+
+class SpecNotice(UserWarning):
+    """Something in a spec that loads but may not be what its author meant (e.g. an override that
+    changes a section's kind and so drops that section's other settings)."""

@@ -212,3 +212,15 @@ def test_free_text_environments_refuse_score_mode(write, kind):
     )
     issue = one(write("s.yaml", f"name: x\nenvironment: {env}\npolicy: {{action: score}}\n"))
     assert issue.path == "policy.action" and "use action: generate" in issue.message
+
+
+def test_an_override_that_changes_a_sections_kind_says_what_it_drops(repo):
+    import pytest
+
+    from pats.errors import SpecNotice
+    from pats.spec import load_spec
+
+    with pytest.warns(SpecNotice, match=r"trainer: backend verl -> local \(override\).*steps=150.*lr=1e-06"):
+        spec = load_spec(repo / "experiments/alfworld/pats.yaml", ["trainer.backend=local"])
+    assert spec.trainer.steps != 150  # dropped, as announced
+

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from pats.cli.main import main
+from pats.errors import SpecNotice
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
 from pats.spec.schema import schema_text
 
@@ -86,8 +87,9 @@ def test_kind_change_replaces_section_instead_of_merging(write):
         "name: b\nenvironment: {kind: twx}\nreviser: {kind: llm, llm: {model: openai/gpt-4o-mini}}\n",
     )
     child = write("child.yaml", "defaults: [base.yaml]\nname: c\nreviser: {kind: rules}\n")
-    assert load_spec(child).reviser.kind == "rules"
-    assert load_spec(child, ["reviser.kind=rules"]).reviser.kind == "rules"
+    with pytest.warns(SpecNotice, match=r"reviser: kind llm -> rules \(.*child.yaml\).*llm=\{'model'"):
+        assert load_spec(child).reviser.kind == "rules"
+        assert load_spec(child, ["reviser.kind=rules"]).reviser.kind == "rules"
 
 
 def test_interpolation_and_env_default(write, monkeypatch):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
-from pats.errors import PatsError, SpecError
+from pats.errors import PatsError, SpecError, SpecNotice
 
 EPILOG = """examples:
   pats validate experiments/*.yaml
@@ -278,7 +279,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    if issubclass(category, SpecNotice):  # meant for the user, not a code location
+        return f"note: {message}\n"
+    return _plain_format(message, category, filename, lineno, line)
+
+
+_plain_format = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

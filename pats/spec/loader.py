@@ -17,6 +17,7 @@ like a secret (`${oc.env:OPENAI_API_KEY}` would copy the key into spec.yaml and 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
-from pats.errors import SpecError, SpecIssue
+from pats.errors import SpecError, SpecIssue, SpecNotice
 from pats.spec.issues import issues_from_validation
 from pats.spec.models import ExperimentSpec
 from pats.spec.untrusted import MAX_CHARS, MAX_DEPTH, check_shape, odd_values, resolved_size, secret_leaks
@@ -298,8 +299,10 @@ def _first_line(err: Exception) -> str:
 
 def _merge(base: Any, over: Any, path: tuple, origin: dict, layer: _Layer) -> Any:
     if isinstance(base, dict) and isinstance(over, dict):
-        if any(k in over and k in base and over[k] != base[k] for k in TAG_KEYS):
-            base = {}  # a different kind: replace the section instead of mixing two kinds' keys
+        changed = [k for k in TAG_KEYS if k in over and k in base and over[k] != base[k]]
+        if changed:  # a different kind: replace the section instead of mixing two kinds' keys
+            _announce_reset(path, changed[0], base, over, layer)
+            base = {}
         out = dict(base)
         for key, value in over.items():
             out[key] = _merge(base.get(key), value, (*path, key), origin, layer)
@@ -310,6 +313,26 @@ def _merge(base: Any, over: Any, path: tuple, origin: dict, layer: _Layer) -> An
         for key, value in over.items():
             _merge(None, value, (*path, key), origin, layer)
     return over
+
+
+def _announce_reset(path: tuple, tag: str, base: dict, over: dict, layer: _Layer) -> None:
+    """Say which settings a kind change drops: they return to the new kind's defaults, silently
+    otherwise (`pats show experiments/alfworld/pats.yaml trainer.backend=local` resets steps 150)."""
+    dropped = [f"{k}={_short(v)}" for k, v in base.items() if k not in over and k not in TAG_KEYS]
+    if dropped:
+        section = ".".join(map(str, path)) or "the spec"
+        warnings.warn(
+            f"{section}: {tag} {base[tag]} -> {over[tag]} ({layer.name}) replaces the section, so these "
+            f"settings are dropped and the defaults of {tag} {over[tag]} apply: {', '.join(dropped)}. Set them "
+            "again after the change to keep them.",
+            SpecNotice,
+            stacklevel=2,
+        )
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def _resolve(merged: dict, file: str) -> dict:
