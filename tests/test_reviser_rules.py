@@ -7,7 +7,7 @@ import pytest
 from pats.protocols import Reviser
 from pats.reviser import RulesReviser, validate_edits
 from pats.spec.models import ScaffoldBudget
-from pats.types import AddEdit, Assessment, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry
+from pats.types import AddEdit, Assessment, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, Verdict
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
 MODES = [E, R, C, P]
@@ -259,6 +259,27 @@ async def test_harm_shown_by_probes_deletes_the_newest_entry(valid):
     targets = [(e.op, e.scope if isinstance(e, AddEdit) else e.entry_id) for e in edits]
     assert targets == [("ADD", "type:twc"), ("DELETE", "s_new")]
     valid(edits, R, cards, entries)
+
+
+O1, C1 = "c3-t1-outcome", "c3-t1-contrast"
+
+
+async def test_entries_the_llm_judge_grades_harmful_or_stale_are_withdrawn(valid):
+    cards = [outcome("t1", 0.5), contrast("t1", ["open washer"]), outcome("t2", 0.0)]
+    verdicts = (
+        Verdict(entry_id="s_old", label="stale", reason="the policy opens containers unprompted", cites=(O1,)),
+        Verdict(entry_id="s_new", label="helpful", cites=(C1,)),
+        Verdict(entry_id="plan1", label="harmful", reason="it names the wrong washer", cites=(C1, O1)),
+        Verdict(entry_id="g", label="harmful", cites=(O1,)),  # general guidance is never the type's to drop
+    )
+    assessment = assess(R).model_copy(update={"verdicts": verdicts})
+    edits = await RulesReviser(True, 2).revise(3, assessment, cards, BANK)
+    deletes = {e.entry_id: e for e in edits if isinstance(e, DeleteEdit)}
+    assert set(deletes) == {"s_old", "plan1"}
+    assert deletes["s_old"].reason == "the judge graded it stale: the policy opens containers unprompted"
+    assert set(deletes["plan1"].cites) >= {C1, O1}
+    valid(edits, R, cards, BANK)
+    assert not [e for e in await RulesReviser(False, 2).revise(3, assessment, cards, BANK) if isinstance(e, DeleteEdit)]
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ from pats.types import (
     EvidenceCard,
     ReviewMode,
     ScaffoldEntry,
+    Verdict,
 )
 
 MAX_PLAN_ACTIONS = 16  # a plan longer than this is cut: its start is what a failing policy misses
@@ -57,6 +58,7 @@ CITE_ORDER = ("outcome", "utility", "contrast", "failure", "expert")  # filler c
 
 HARM_MIN_PROBES = 4  # probe episodes pooled over the type's groups before utility can show harm
 HARM_MARGIN = 0.25  # probes' success rate minus the scaffolded rollouts' that counts as harm
+WITHDRAWN_LABELS = ("harmful", "stale")  # LLM-judge grades that withdraw an entry (removal on)
 
 MISTAKES = {
     "repeated_action": "Do not repeat '{x}': if an action changed nothing, try a different one.",
@@ -100,7 +102,7 @@ class RulesReviser:
         if mode in GUIDANCE_MODES:
             edits += self._guidance(t, mode, ev, view)
         if self.removal and self.mode_of_scaffold == "pats" and mode is not ReviewMode.EXPAND:
-            edits += self._removals(mode, ev, view)
+            edits += self._removals(mode, ev, view, assessment.verdicts)
         return edits
 
     def _guidance(self, t: str, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry]) -> list[AddEdit]:
@@ -192,7 +194,9 @@ class RulesReviser:
                 return AddEdit(kind="mistake", scope=f"type:{t}", text=text, cites=cites)
         return None
 
-    def _removals(self, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry]) -> list[DeleteEdit]:
+    def _removals(
+        self, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry], verdicts: Sequence[Verdict] = ()
+    ) -> list[DeleteEdit]:
         removable = [e for e in view if e.scope != "general" and e.text.strip()]
         out: list[DeleteEdit] = []
         gone: set[str] = set()
@@ -212,6 +216,15 @@ class RulesReviser:
                     [ev.card(task_id, "outcome"), ev.card(task_id, "utility")],
                     task_id,
                 )
+        # The LLM judge's grades (judge.kind: llm): an entry it calls harmful or stale is withdrawn,
+        # citing the cards the grade cites.
+        by_id = {c.id: c for c in ev.cards}
+        for v in verdicts:
+            graded = next((e for e in removable if e.id == v.entry_id), None)
+            if graded is not None and v.label in WITHDRAWN_LABELS:
+                task_id = graded.scope.removeprefix("task:") if graded.scope.startswith("task:") else None
+                why = f"the judge graded it {v.label}" + (f": {v.reason}" if v.reason else "")
+                delete(graded, why, [by_id.get(c) for c in v.cites], task_id)
         utility = ev.of_type("utility")
         if shows_harm(utility):
             left = [e for e in removable if e.id not in gone]
