@@ -95,12 +95,10 @@ def _sections_with(key: str) -> list[str]:
         if key in model.model_fields:
             found.append(prefix)
         for name, field in model.model_fields.items():
-            for sub in _model_choices(_item_type(field.annotation) or field.annotation).values():
-                if sub not in seen:
-                    walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
-            for sub in _model_choices(field.annotation).values():
-                if sub not in seen:
-                    walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
+            # The section itself (a model or a union of kinds) or the models a list of it holds.
+            subs = {*_model_choices(field.annotation).values(), *_model_choices(_item_type(field.annotation)).values()}
+            for sub in subs - seen:
+                walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
 
     walk(ExperimentSpec, "", frozenset({ExperimentSpec}))
     return sorted(set(found))
