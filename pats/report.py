@@ -130,8 +130,8 @@ def _summary(run_dir: Path, steps, evals, plots) -> str:
             )
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
     if (run_dir / "scaffold" / "versions").is_dir():
-        from pats.scaffold.history import format_history, open_versions
+        from pats.scaffold.history import format_history, open_store
 
-        history = format_history(open_versions(run_dir))
+        history = format_history(open_store(run_dir).versions())
         lines += ["## Scaffold history (`pats scaffold`)", "", "```", history, "```", ""]
     return "\n".join(lines)

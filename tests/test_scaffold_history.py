@@ -55,6 +55,9 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     assert sorted(line.split()[1] for line in whole[1:]) == sorted(e["id"] for e in last["entries"])
     assert all(line.startswith("  + ") for line in whole[1:]), "from the empty version 0 all is added"
 
+    assert main(["scaffold", str(tmp_path), "--version", "999"]) == 1
+    assert f"known numbers are 0..{last['number']}" in capsys.readouterr().err
+
     assert main(["report", str(tmp_path)]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "## Scaffold history" in summary and added[0].strip() in summary

@@ -129,18 +129,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scaffold(args: argparse.Namespace) -> int:
-    from pats.scaffold.history import format_diff, format_history, format_version, open_versions
+    from pats.scaffold.history import format_diff, format_history, format_version, open_store
 
-    versions = open_versions(Path(args.run_dir))
-    for n in [*([args.version] if args.version is not None else []), *(args.diff or [])]:
-        if not 0 <= n < len(versions):
-            raise PatsError(f"no scaffold version {n} in {args.run_dir}; it has 0..{len(versions) - 1}")
+    store = open_store(Path(args.run_dir))  # store.version(n) says which numbers exist
     if args.diff:
-        print(format_diff(versions, *args.diff))
+        print(format_diff(*(store.version(n) for n in args.diff)))
     elif args.version is not None:
-        print(format_version(versions[args.version]))
+        print(format_version(store.version(args.version)))
     else:
-        print(format_history(versions))
+        print(format_history(store.versions()))
     return 0
 
 

@@ -24,14 +24,15 @@ class Change:
     removed: tuple[ScaffoldEntry, ...]
 
 
-def open_versions(run_dir: Path) -> list[ScaffoldVersion]:
+def open_store(run_dir: Path) -> ScaffoldStore:
+    """The run's scaffold store, read-only use (`versions()`, `version(n)`)."""
     folder = Path(run_dir) / "scaffold"
     if not (folder / "versions").is_dir():
         raise PatsError(
             f"{run_dir} has no scaffold/versions/: not a run directory, or a run with scaffold.mode none "
             "(give the folder `pats run` wrote, e.g. runs/quickstart)"
         )
-    return ScaffoldStore.open(folder, count_tokens=len, view_tokens=1).versions()
+    return ScaffoldStore.open(folder, count_tokens=len, view_tokens=1)
 
 
 def diff(before: ScaffoldVersion, after: ScaffoldVersion) -> Change:
@@ -67,9 +68,9 @@ def format_history(versions: list[ScaffoldVersion]) -> str:
     return "\n".join(lines) if lines else "no scaffold version was written (the scaffold never changed)"
 
 
-def format_diff(versions: list[ScaffoldVersion], a: int, b: int) -> str:
-    title = f"version {a} -> version {b} (after step {versions[b].step})"
-    return "\n".join(format_change(diff(versions[a], versions[b]), title))
+def format_diff(before: ScaffoldVersion, after: ScaffoldVersion) -> str:
+    title = f"version {before.number} -> version {after.number} (after step {after.step})"
+    return "\n".join(format_change(diff(before, after), title))
 
 
 def format_version(version: ScaffoldVersion) -> str:
