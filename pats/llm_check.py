@@ -47,7 +47,7 @@ def spec_llms(spec: ExperimentSpec) -> list[tuple[str, LLMSpec]]:
 
 def called_llms(spec: ExperimentSpec) -> list[tuple[str, LLMSpec]]:
     """The LLMs a run of `spec` calls: the judge and reviser review only in modes grow and pats."""
-    return spec_llms(spec) if spec.scaffold.mode in ("grow", "pats") else []
+    return spec_llms(spec) if spec.scaffold.reviews else []
 
 
 # -- provider prefixes ----------------------------------------------------------------------------------

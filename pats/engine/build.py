@@ -62,7 +62,7 @@ def build_scaffold_policy(
     )
     if store.current.number == 0 and sc.initial_bank:  # a fresh run (a resumed one has versions)
         store.seed(load_bank(sc.initial_bank, task_types=task_types), step=0)
-    if sc.mode == "static":
+    if not sc.reviews:  # static: the bank, never edited
         return StaticScaffold(store)
     reviser, fallback = build_revisers(spec)
     return RevisingScaffold(

@@ -85,6 +85,11 @@ class ScaffoldSpec(SpecModel):
     )
 
     @property
+    def reviews(self) -> bool:
+        """Whether a judge and reviser run after each step (modes grow and pats; static never edits)."""
+        return self.mode in ("grow", "pats")
+
+    @property
     def removes(self) -> bool:
         """Whether edits may delete or compress: only the full loop, and only with removal on."""
         return self.mode == "pats" and self.removal
