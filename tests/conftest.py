@@ -48,3 +48,27 @@ def count_tokens():
     from pats.spec.models import EMBEDDED_POLICY
 
     return token_counter(EMBEDDED_POLICY)
+
+
+@pytest.fixture
+def kill_jvm_on_step(monkeypatch):
+    """`kill_jvm_on_step(n)`: the n-th TwxEnv.step of the test (counting from 1) first kills the
+    environment's JVM (SIGKILL), as a crash would, then runs as usual."""
+    import asyncio
+    import signal
+
+    from pats.envs.twx import TwxEnv
+
+    def arm(n: int) -> None:
+        original, calls = TwxEnv.step, []
+
+        async def step(self, action):
+            calls.append(action)
+            if len(calls) == n:
+                os.kill(self.jvm_pid, signal.SIGKILL)
+                await asyncio.sleep(0.2)
+            return await original(self, action)
+
+        monkeypatch.setattr(TwxEnv, "step", step)
+
+    return arm

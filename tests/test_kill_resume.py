@@ -110,25 +110,15 @@ def summary_steps(run_dir: Path) -> list[int]:
     return [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_killed_jvm_fails_one_episode_and_the_run_goes_on(repo, tmp_path, monkeypatch):
+def test_a_killed_jvm_fails_one_episode_and_the_run_goes_on(repo, tmp_path, kill_jvm_on_step):
     from pats.engine.run import new_run, train
-    from pats.envs.twx import TwxEnv
     from pats.spec import load_spec
 
     # No expert replay at start (eval.gap_tasks=0): the steps counted are the training episodes'.
     # A JVM dying in that replay is tests/test_likelihood_gap.py's.
     overrides = [*TINY, f"logging.root={tmp_path}", "name=jvm", "eval.gap_tasks=0"]
     spec = load_spec(repo / "experiments/quickstart.yaml", overrides)
-    original, calls = TwxEnv.step, []
-
-    async def step(self, action):
-        calls.append(self.jvm_pid)
-        if len(calls) == 3:  # the third step of the run: one episode of step 0 is in flight
-            os.kill(self.jvm_pid, signal.SIGKILL)
-            await asyncio.sleep(0.2)
-        return await original(self, action)
-
-    monkeypatch.setattr(TwxEnv, "step", step)
+    kill_jvm_on_step(3)  # the third step of the run: one episode of step 0 is in flight
     run_dir = asyncio.run(train(spec, new_run(spec)))
 
     ends = read_events(run_dir / "events.jsonl", "step_end")

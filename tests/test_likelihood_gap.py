@@ -58,25 +58,11 @@ def test_gap_is_zero_without_guidance_and_positive_with_the_plan(setup, count_to
     assert guided["eval/likelihood_gap"] > 0, guided
 
 
-def test_a_jvm_dying_in_the_replay_leaves_out_that_task_only(repo, monkeypatch):
-    import os
-    import signal
-
-    from pats.envs.twx import TwxEnv
-
+def test_a_jvm_dying_in_the_replay_leaves_out_that_task_only(repo, kill_jvm_on_step):
     spec = load_spec(repo / "experiments/quickstart.yaml", ["logging.wandb=disabled"])
     env = make_env_factory(spec)()
     tasks = env.tasks("train")[:2]
-    original, calls = TwxEnv.step, []
-
-    async def step(self, action):
-        calls.append(action)
-        if len(calls) == 2:  # the first task's second expert action
-            os.kill(self.jvm_pid, signal.SIGKILL)
-            await asyncio.sleep(0.2)
-        return await original(self, action)
-
-    monkeypatch.setattr(TwxEnv, "step", step)
+    kill_jvm_on_step(2)  # the first task's second expert action
     try:
         pairs = asyncio.run(expert_pairs(env, tasks))
     finally:
