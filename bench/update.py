@@ -10,7 +10,8 @@
 
 The decisions come from real quickstart episodes (SmolLM2-135M, twc, 10 turns), every one with an
 advantage. Timings alternate between the variants, `--repeats` rounds, median reported; the machine is
-shared, so compare the ratios, not the seconds. Writes bench/results/update.json.
+shared, so compare the ratios, not the seconds. Writes bench/results/update.json (update_tasks<N>.json
+for --tasks N > 1; `--tasks 4` is the issue's 16-episode quickstart batch).
 
     python bench/update.py [--tasks 1] [--repeats 2] [--turns 10]
 """
@@ -116,7 +117,8 @@ def main() -> None:
         "ratio_prefix_to_shared": median["prefix"] / median["shared"],
         "ratio_prefix_top8_to_shared_top8": median["prefix+top8"] / median["shared+top8"],
     }
-    out = write_result("update", results, RESULTS)
+    name = "update" if args.tasks == 1 else f"update_tasks{args.tasks}"
+    out = write_result(name, {"episodes": 4 * args.tasks, **results}, RESULTS)
     print(f"wrote {out}")
     print(f"decisions: {len(items)}, passes when shared: {passes}")
     print(
