@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from pats.cli.main import main
 from pats.errors import SpecNotice
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
-from pats.spec.schema import schema_text
+from pats.spec.schema import SCHEMA_PATH, schema_text
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = sorted(p.relative_to(REPO) for p in (REPO / "experiments").rglob("*.yaml"))
@@ -60,8 +62,19 @@ def test_cli_validate_all_experiments_exits_zero(monkeypatch, capsys):
 def test_schema_file_is_in_sync_with_models():
     on_disk = (REPO / "schemas" / "experiment.schema.json").read_text()
     assert on_disk == schema_text(), "schemas/ drifted from the spec models: run `pats schema`"
-    schema = json.loads(on_disk)
-    assert "defaults" in schema["properties"] and "environment" in schema["required"]
+    full = json.loads(on_disk)["$defs"]["ExperimentSpec"]
+    assert "defaults" in full["properties"] and "environment" in full["required"]
+
+
+def test_every_shipped_spec_file_fits_the_editor_schema_derived_ones_too():
+    """What an editor sees: the YAML as written, before the loader merges `defaults:`."""
+    validator = jsonschema.Draft202012Validator(json.loads((REPO / SCHEMA_PATH).read_text()))
+    for path in SPECS:
+        problems = [e.message for e in validator.iter_errors(yaml.safe_load((REPO / path).read_text()))]
+        assert not problems, (path, problems)
+    assert not list(validator.iter_errors({"defaults": ["base.yaml"], "trainer": {"steps": 5}}))
+    assert [e.message for e in validator.iter_errors({"name": "x"})] == ["'environment' is a required property"]
+    assert list(validator.iter_errors({"defaults": ["base.yaml"], "trainer": {"stepz": 5}})), "typos still flagged"
 
 
 def test_schema_check_detects_drift(tmp_path, capsys):

@@ -40,8 +40,16 @@ def _validate_one(path: str, overrides: list[str]) -> str:
         return "judge rubric"
     from pats.llm_check import check_providers
     from pats.spec import load_spec
+    from pats.spec.loader import missing_files
 
     spec = load_spec(path, overrides)
+    missing = missing_files(spec)
+    if missing:
+        raise SpecError(missing, file=path)
+    if spec.scaffold.initial_bank:  # a bank in neither format is caught now, not at the run's start
+        from pats.scaffold.bank import load_bank
+
+        load_bank(spec.scaffold.initial_bank)
     check_providers(spec, file=path)  # imports LiteLLM (seconds), so not in load_spec
     if spec.judge.kind == "llm":  # a missing or malformed rubric is caught now, not mid-run
         from pats.judges import load_rubric

@@ -13,10 +13,16 @@ numbers, booleans, null, lists, mappings; no dates or sets), aliases may not mak
 than `MAX_DEPTH` or larger than `MAX_NODES` once expanded, `defaults:` may pull in at most
 `MAX_FILES` files, and no resolved value may hold the value of an environment variable that looks
 like a secret (`${oc.env:OPENAI_API_KEY}` would copy the key into spec.yaml and the W&B config).
+
+Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names them, as `defaults:`
+are, or to the working directory when an override names them, and the loaded spec holds them as
+absolute paths: a run directory's spec.yaml, `--resume` and `pats export` find the same file from any
+directory. (Outputs such as `logging.root` stay relative to where `pats run` is started.)
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +39,14 @@ from pats.spec.models import ExperimentSpec
 from pats.spec.untrusted import MAX_CHARS, MAX_DEPTH, check_shape, odd_values, resolved_size, secret_leaks
 
 TAG_KEYS = ("kind", "backend")  # keys whose change replaces a whole section
+FILE_KEYS = tuple(  # values that name files (or folders) a run reads
+    tuple(key.split("."))
+    for key in (
+        "scaffold.initial_bank", "judge.rubric", "environment.data_dir", "environment.catalog",
+        "environment.attributes", "environment.instructions", "environment.train_data",
+        "environment.eval_data", "environment.retriever.corpus",
+    )
+)  # fmt: skip
 MAX_FILES = 64  # files a spec may pull in through `defaults:`, counting repeats
 # `${a.b}`, `${.a}`, `${..a[0]}` and `${oc.select:a.b}`: references to other values of the spec.
 # Environment variables whose values must never end up in a spec (names like OPENAI_API_KEY, HF_TOKEN).
@@ -47,9 +61,11 @@ class _Layer:
         data: dict,
         lines: dict[tuple, int] | None = None,
         overrides: dict[tuple, str] | None = None,
+        directory: Path | None = None,
     ):
         self.name, self.data, self.lines = name, data, lines or {}
         self.overrides = overrides or {}  # dotted key -> the override text that set it
+        self.directory = directory or Path.cwd()  # what relative file paths written here are read against
 
     def where(self, path: tuple) -> str:
         line = self.lines.get(path)
@@ -66,7 +82,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec
     origin: dict[tuple, _Layer] = {}
     for layer in layers:
         merged = _merge(merged, layer.data, (), origin, layer)
-    resolved = _resolve(merged, str(path))
+    resolved = _anchor_files(_resolve(merged, str(path)), origin)
     leaks = secret_leaks(resolved, ())
     if leaks:  # before validation: its messages would quote the value
         raise SpecError([_with_source(i, origin) for i in leaks], file=str(path))
@@ -143,7 +159,7 @@ def _file_layers(path: Path, chain: tuple[Path, ...], count: list[int] | None = 
                 )
             )
         layers.extend(_file_layers(base_path, (*chain, resolved), count))
-    layers.append(_Layer(str(path), data, lines))
+    layers.append(_Layer(str(path), data, lines, directory=path.parent))
     return layers
 
 
@@ -359,6 +375,56 @@ def _resolve(merged: dict, file: str) -> dict:
         key = getattr(err, "full_key", "") or ""
         msg = str(err).splitlines()[0]
         raise SpecError(SpecIssue(key, f"cannot resolve interpolation: {msg}"), file=file) from None
+
+
+def _anchor_files(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
+    """`FILE_KEYS` made absolute against the directory of the layer that set them (see the module doc)."""
+    for key in FILE_KEYS:
+        parent = resolved
+        for part in key[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or key[-1] not in parent:
+            continue
+        value = parent[key[-1]]
+        if isinstance(value, str):
+            parent[key[-1]] = _absolute(value, origin.get(key))
+        elif isinstance(value, list):
+            parent[key[-1]] = [
+                _absolute(v, origin.get((*key, i)) or origin.get(key)) if isinstance(v, str) else v
+                for i, v in enumerate(value)
+            ]
+    return resolved
+
+
+def missing_files(spec: ExperimentSpec) -> list[SpecIssue]:
+    """One issue per `FILE_KEYS` value that names no existing file or folder (`pats validate`, and
+    `pats run` before it loads a model)."""
+    data = spec.model_dump(mode="json")
+    issues = []
+    for key in FILE_KEYS:
+        value: Any = data
+        for part in key:
+            value = value.get(part) if isinstance(value, dict) else None
+        for i, path in enumerate([value] if isinstance(value, str) else value or []):
+            if not Path(path).exists():
+                where = ".".join(key) + (f".{i}" if isinstance(value, list) else "")
+                issues.append(
+                    SpecIssue(
+                        where,
+                        f"{path} does not exist; a relative path is read from the folder of the spec file "
+                        "that names it (or the working directory, in an override)",
+                    )
+                )
+    return issues
+
+
+def _absolute(value: str, layer: _Layer | None) -> str:
+    if not value.strip():
+        return value  # validation says what is wrong with an empty path
+    path = Path(value).expanduser()
+    if not path.is_absolute() and layer is not None:
+        path = layer.directory / path
+    return os.path.normpath(path.absolute())
 
 
 def _with_source(issue: SpecIssue, origin: dict[tuple, _Layer]) -> SpecIssue:
