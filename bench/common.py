@@ -176,7 +176,7 @@ def heldout(
     from pats.types import EMPTY_VIEW
 
     spec, state = load_run(run_dir) if run_dir else (base_spec, None)
-    step = state["step"] if state else -1
+    step = state.step if state else -1
     if cache.is_file() and json.loads(cache.read_text())["checkpoint_step"] == step:
         return json.loads(cache.read_text())
     make_env = make_env_factory(spec)
@@ -184,7 +184,7 @@ def heldout(
     tasks = env.tasks("eval")[:num_tasks]
     backend = LocalBackend(spec, make_env)
     if state:
-        backend.load(Path(state["path"]))
+        backend.load(Path(state.path))
 
     async def go():
         out = []

@@ -78,18 +78,16 @@ def condition_overrides(name: str, base_url: str) -> list[str]:
 
 
 class ReplayBackend:
-    """Serves recorded rollout groups and their training items; the update is the real one."""
+    """Serves recorded rollout groups with their played turns; the update is the real one."""
 
     def __init__(self, real, recorded):
         self.real, self.recorded = real, recorded
 
     async def rollout(self, step, plans):
-        groups, items = self.recorded[step % len(self.recorded)]
-        self.real.pending.update(items)
-        return groups
+        return self.recorded[step % len(self.recorded)]
 
-    async def update(self, groups):
-        return await self.real.update(groups)
+    async def update(self, played):
+        return await self.real.update(played)
 
     async def evaluate(self, tasks, views):
         return []
@@ -118,13 +116,12 @@ async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     recorded, rollout_s, informative = [], [], []
     for step in range(b.steps):  # the same draws as the learning benchmark's first steps
         t0 = time.perf_counter()
-        groups = await backend.rollout(
+        played = await backend.rollout(
             step, recorder.plan(sampler.sample(step), b.group_size, spec.probe_count())
         )
         rollout_s.append(time.perf_counter() - t0)
-        items = {r.id: backend.pending.pop(r.id) for g in groups for r in g.rollouts}
-        recorded.append((groups, items))
-        informative += [g.informative for g in groups]
+        recorded.append(played)
+        informative += [p.group.informative for p in played]
     print(
         f"recorded {b.steps} steps: rollout {statistics.median(rollout_s):.1f} s each, "
         f"{sum(informative)}/{len(informative)} groups with signal",

@@ -44,10 +44,9 @@ def play(backend: LocalBackend, plans, batching: bool, seed: int) -> tuple[float
     backend.policy.trainer = backend.policy.trainer.model_copy(update={"rollout_batching": batching})
     backend.policy.generator.manual_seed(seed)
     start = time.perf_counter()
-    groups = asyncio.run(backend.rollout(0, plans))
+    played = asyncio.run(backend.rollout(0, plans))
     seconds = time.perf_counter() - start
-    backend.pending.clear()
-    actions = [t.action for g in groups for r in g.rollouts for t in r.turns]
+    actions = [t.action for p in played for r in p.group.rollouts for t in r.turns]
     return seconds, len(actions), actions
 
 

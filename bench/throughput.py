@@ -69,10 +69,9 @@ def bench_generate(args, results):
         seconds, out = timed(lambda: policy.generate(prompts, args.new_tokens, greedy=False))
         raw_t.append(seconds)
         raw_tok.append(sum(len(r) for r in out))
-        seconds, groups = timed(lambda: asyncio.run(backend.rollout(0, plans)))
+        seconds, played = timed(lambda: asyncio.run(backend.rollout(0, plans)))
         pats_t.append(seconds)
-        pats_tok.append(sum(r.response_tokens for g in groups for r in g.rollouts))
-        backend.pending.clear()
+        pats_tok.append(sum(r.response_tokens for p in played for r in p.group.rollouts))
     asyncio.run(backend.close())
     raw_rate = statistics.median(raw_tok) / statistics.median(raw_t)
     pats_rate = statistics.median(pats_tok) / statistics.median(pats_t)
@@ -121,11 +120,9 @@ def bench_update(args, results, backend: LocalBackend):
     """16 episodes of the quickstart: 4 tasks x 4 rollouts, 10 turns, every item with an advantage."""
     env_tasks = make_env_factory(backend.spec)().tasks("train")[:4]
     plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=4) for t in env_tasks]
-    groups = asyncio.run(backend.rollout(0, plans))
     items = []
-    for g in groups:
-        for i, r in enumerate(g.rollouts):
-            stored = backend.pending.pop(r.id)
+    for played in asyncio.run(backend.rollout(0, plans)):
+        for i, stored in enumerate(played.training):
             items += [
                 backend._train_item(s, advantage=1.0 if i % 2 else -1.0, weight=1 / len(stored))
                 for s in stored

@@ -42,11 +42,9 @@ def decisions(backend: LocalBackend, tasks: int) -> list[tuple]:
     """(stored decision, advantage, weight) of `tasks` groups of 4 real episodes."""
     make_env = make_env_factory(backend.spec)
     plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=4) for t in make_env().tasks("train")[:tasks]]
-    groups = asyncio.run(backend.rollout(0, plans))
     out = []
-    for group in groups:
-        for i, rollout in enumerate(group.rollouts):
-            stored = backend.pending.pop(rollout.id)
+    for played in asyncio.run(backend.rollout(0, plans)):
+        for i, stored in enumerate(played.training):
             out += [(s, 1.0 if i % 2 else -1.0, 1 / len(stored)) for s in stored]
     return out
 

@@ -7,8 +7,9 @@ Protocols, not base classes: implement the methods and register the factory by n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pats.types import (
     Assessment,
@@ -68,11 +69,27 @@ class GroupPlan(Record):
     probes: int = 0
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Played(Generic[T]):
+    """One rollout group as a backend played it: the group (what the review, the metrics and the event
+    log read) and, per rollout in the group's order, what that backend's update needs of it (the local
+    backend's scored or generated turns; opaque to the engine, which hands it back to `update`)."""
+
+    group: RolloutGroup
+    training: tuple[T, ...] = ()
+
+
 @runtime_checkable
 class PolicyBackend(Protocol):
-    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[RolloutGroup]: ...
+    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[Played]: ...
 
-    async def update(self, groups: Sequence[RolloutGroup]) -> dict[str, float]: ...
+    async def update(self, played: Sequence[Played]) -> dict[str, float]:
+        """One policy update on the groups `rollout` returned (those the engine keeps, see
+        `trainer.on_env_fault`), their advantages from the groups' rewards."""
+        ...
 
     async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]: ...
 

@@ -22,6 +22,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pats.cards import build_cards
 from pats.errors import JudgeError
@@ -64,6 +65,13 @@ class NoScaffold:
         return _empty_result(step)
 
     def apply(self, result: ReviewResult, step: int) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps beside the store's versions (the judge's state, where there is one)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
 
@@ -222,6 +230,12 @@ class RevisingScaffold(StaticScaffold):
 
     def apply(self, result: ReviewResult, step: int):
         return self.store.apply(result.edits, step) if result.edits else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.judge.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.judge.load_state_dict(state)
 
 
 def _announce_streak(step: int, refused: Sequence[str]) -> None:

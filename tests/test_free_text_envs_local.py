@@ -26,8 +26,8 @@ def play(spec):
 
     async def go():
         try:
-            groups = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
-            return groups[0], {rid: list(items) for rid, items in backend.pending.items()}
+            (played,) = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
+            return played.group, dict(zip((r.id for r in played.group.rollouts), played.training, strict=True))
         finally:
             await backend.close()
             await env.close()

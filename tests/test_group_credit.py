@@ -19,7 +19,7 @@ import torch
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.grpo import group_advantages
 from pats.engine.run import make_env_factory
-from pats.protocols import GroupPlan
+from pats.protocols import GroupPlan, Played
 from pats.spec import load_spec
 from pats.types import ScaffoldView
 
@@ -28,9 +28,10 @@ pytestmark = pytest.mark.slow
 GUIDANCE = "- Plan: look around, then take what lies on the floor and put it where it belongs."
 
 
-def with_rewards(group, rewards):
+def with_rewards(played, rewards):
+    group = played.group
     rollouts = tuple(r.model_copy(update={"reward": x}) for r, x in zip(group.rollouts, rewards, strict=True))
-    return group.model_copy(update={"rollouts": rollouts})
+    return Played(group.model_copy(update={"rollouts": rollouts}), played.training)
 
 
 def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
@@ -43,17 +44,16 @@ def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
     batches = []
     backend.policy.update = lambda batch: batches.append(batch) or {"loss": 0.0}
     try:
-        groups = asyncio.run(backend.rollout(0, plans))
+        played = asyncio.run(backend.rollout(0, plans))
         rewards = [[0.0, 1.0, 0.25, 0.5], [0.75, 0.0, 1.0, 0.1]]  # distinct advantages within a group
-        groups = [with_rewards(g, xs) for g, xs in zip(groups, rewards, strict=True)]
-        asyncio.run(backend.update(groups))
+        played = [with_rewards(p, xs) for p, xs in zip(played, rewards, strict=True)]
+        asyncio.run(backend.update(played))
     finally:
         asyncio.run(backend.close())
 
     (batch,) = batches
-    assert not backend.pending, "every stored item was handed to the update"
     position = 0
-    for group, xs in zip(groups, rewards, strict=True):
+    for group, xs in zip((p.group for p in played), rewards, strict=True):
         advantages = group_advantages(torch.tensor(xs, dtype=torch.float64), spec.trainer.normalize_advantage_std)
         assert len(set(advantages.tolist())) == 4
         for i, (rollout, adv) in enumerate(zip(group.rollouts, advantages.tolist(), strict=True)):

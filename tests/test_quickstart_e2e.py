@@ -176,15 +176,14 @@ def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
 
     async def go():
         try:
-            groups = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
-            stored = {rid: list(items) for rid, items in backend.pending.items()}
-            return groups, stored
+            (played,) = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
+            return played.group, dict(zip((r.id for r in played.group.rollouts), played.training, strict=True))
         finally:
             await backend.close()
             await env.close()
 
-    groups, stored = asyncio.run(go())
-    rollouts = groups[0].rollouts
+    group, stored = asyncio.run(go())
+    rollouts = group.rollouts
     assert len(rollouts) == 2 and all(1 <= len(r.turns) <= 2 for r in rollouts)
     for r in rollouts:
         for turn in r.turns:

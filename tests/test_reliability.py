@@ -142,8 +142,8 @@ class Nonfinite(ScriptedBackend):
         super().__init__(improving_schedule(), seed=3)
         self.pattern = list(pattern)
 
-    async def update(self, groups):
-        await super().update(groups)
+    async def update(self, played):
+        await super().update(played)
         bad = self.pattern.pop(0)
         return {"policy/nonfinite": float(bad), "policy/steps": 0.0 if bad else 1.0}
 
@@ -182,9 +182,9 @@ class EnvFaults(ScriptedBackend):
         self._faulty = plans[0].task.id
         return await super().rollout(step, plans)
 
-    async def update(self, groups):
-        self.trained.append([g.task.id for g in groups])
-        return await super().update(groups)
+    async def update(self, played):
+        self.trained.append([p.group.task.id for p in played])
+        return await super().update(played)
 
 
 @pytest.mark.parametrize("rule", ["drop", "train"])
@@ -201,6 +201,7 @@ def test_groups_with_an_environment_fault_follow_the_spec_rule(tmp_path, count_t
 
 
 def test_trainable_keeps_groups_without_errors(tmp_path):
+    from pats.protocols import Played
     from pats.types import Rollout, RolloutGroup, Task
 
     task = Task(id="t", type="x", split="train", env="fake")
@@ -208,8 +209,8 @@ def test_trainable_keeps_groups_without_errors(tmp_path):
         id="a", task_id="t", scaffolded=True, scaffold_version="", turns=(), reward=1.0, success=True
     )
     broken = clean.model_copy(update={"id": "b", "error": "reset failed"})
-    good = RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, clean))
-    bad = RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, broken))
+    good = Played(RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, clean)))
+    bad = Played(RolloutGroup(step=0, task=task, scaffold_version="", rollouts=(clean, broken)))
     assert trainable([good, bad], "drop") == [good]
     assert trainable([good, bad], "train") == [good, bad]
 
@@ -240,11 +241,12 @@ def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens
             }
         )
         scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, env.expert_plan)
-        groups = asyncio.run(
+        played = asyncio.run(
             ScriptedBackend(improving_schedule(), seed=1).rollout(
                 0, scaffold.plan(env.tasks("train")[:2], 4, spec.probe_count())
             )
         )
+        groups = [p.group for p in played]
         started = time.monotonic()
         result = asyncio.run(scaffold.review(0, groups))
         took = time.monotonic() - started

@@ -155,10 +155,8 @@ def test_a_real_rollout_chooses_the_same_actions_on_both_paths(repo):
     def play(batching: bool):
         backend.policy.trainer = backend.policy.trainer.model_copy(update={"rollout_batching": batching})
         backend.policy.generator.manual_seed(7)
-        groups = asyncio.run(backend.rollout(0, plans))
-        stored = {rid: items for rid, items in backend.pending.items()}
-        backend.pending.clear()
-        return groups, stored
+        played = asyncio.run(backend.rollout(0, plans))
+        return [p.group for p in played], [p.training for p in played]
 
     try:
         (fast, fast_items), (slow, slow_items) = play(True), play(False)

@@ -23,7 +23,7 @@ async def _evaluate(
     env = make_env()
     tasks = env.tasks(split)[: num_tasks or spec.eval.num_tasks or spec.environment.num_eval_tasks]
     backend = make_backend(spec, make_env)
-    backend.load(Path(state["path"]))
+    backend.load(Path(state.path))
     try:
         metrics = rollout_metrics(await backend.evaluate(tasks, [EMPTY_VIEW] * len(tasks)), "eval")
         if with_scaffold:
@@ -39,7 +39,7 @@ async def _evaluate(
         await backend.close()
         await env.close()
     metrics["eval/tasks"] = float(len(tasks))
-    metrics["eval/checkpoint_step"] = float(state["step"])
+    metrics["eval/checkpoint_step"] = float(state.step)
     (run_dir / "report").mkdir(exist_ok=True)
     write_atomic(run_dir / "report" / f"eval_{split}.json", json.dumps(metrics, indent=1))
     return metrics

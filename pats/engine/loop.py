@@ -17,11 +17,11 @@ from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, 
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
 from pats.logging.events import EventLog, write_review
-from pats.protocols import MetricSink, PolicyBackend
+from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import NoScaffold
 from pats.scaffold import EditError
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, ReviewResult, RolloutGroup, ScaffoldVersion, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, ReviewResult, ScaffoldVersion, ScaffoldView, Task
 
 
 @dataclass
@@ -48,10 +48,11 @@ class Engine:
         for step in range(start_step, tr.steps):
             t0 = time.perf_counter()
             plans = self.scaffold.plan(self.sampler.sample(step), tr.group_size, probes)
-            groups = await self.backend.rollout(step, plans)
+            played = await self.backend.rollout(step, plans)
+            groups = [p.group for p in played]
             t1 = time.perf_counter()
             review = asyncio.create_task(self._timed(self.scaffold.review(step, groups)))
-            trained = trainable(groups, tr.on_env_fault)
+            trained = trainable(played, tr.on_env_fault)
             stats = await self.backend.update(trained)
             await self._check_update(step, stats, review)
             t2 = time.perf_counter()
@@ -140,9 +141,9 @@ class Engine:
             sink.log(step, metrics)
 
 
-def trainable(groups: Sequence[RolloutGroup], on_env_fault: str) -> list[RolloutGroup]:
+def trainable(played: Sequence[Played], on_env_fault: str) -> list[Played]:
     """The groups the update sees: with `drop`, none whose environment failed during a rollout (its
     reward says nothing about the policy); the review sees every group either way."""
     if on_env_fault == "train":
-        return list(groups)
-    return [g for g in groups if not any(r.error for r in g.rollouts)]
+        return list(played)
+    return [p for p in played if not any(r.error for r in p.group.rollouts)]

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from pats.engine.build import build_scaffold_policy
 from pats.engine.loop import Engine
@@ -31,6 +33,8 @@ from pats.logging.events import EventLog
 from pats.logging.sinks import JsonlSink, WandbSink
 from pats.registry import ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
+from pats.spec.loader import missing_files
+from pats.types import Record
 
 KEEP_CHECKPOINTS = 2
 
@@ -51,13 +55,34 @@ def new_run(spec: ExperimentSpec) -> Path:
     return run_dir
 
 
-def load_run(run_dir: Path) -> tuple[ExperimentSpec, dict | None]:
-    """The run's resolved spec and its latest checkpoint state (None before the first)."""
+class Checkpoint(Record):
+    """checkpoints/step_NNNNNN/state.json and checkpoints/latest.json: where a run resumes."""
+
+    step: int  # the last finished step
+    path: str  # the checkpoint folder (the backend's weights under it)
+    wandb_id: str | None = None  # the W&B run to continue
+    scaffold_version: int = 0  # the store's version at this step; later ones are dropped on resume
+    judge: dict[str, Any] = {}  # the scaffold policy's state (the judge's EMAs), see NoScaffold.state_dict
+
+
+def load_run(run_dir: Path) -> tuple[ExperimentSpec, Checkpoint | None]:
+    """The run's resolved spec and its latest checkpoint (None before the first)."""
     if not (run_dir / "spec.yaml").is_file():
         raise PrerequisiteError(f"{run_dir} is not a pats run directory (no spec.yaml); give runs/<name>")
-    spec = load_spec(run_dir / "spec.yaml")
+    return load_spec(run_dir / "spec.yaml"), latest_checkpoint(run_dir)
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     latest = run_dir / "checkpoints" / "latest.json"
-    return spec, json.loads(latest.read_text()) if latest.is_file() else None
+    if not latest.is_file():
+        return None
+    try:
+        return Checkpoint.model_validate_json(latest.read_text())
+    except ValidationError as err:
+        raise PrerequisiteError(
+            f"{latest} is not a checkpoint this version of pats can read ({err.error_count()} problems, "
+            f"first: {err.errors()[0]['msg']}); restore it from the step_* folder's state.json beside it"
+        ) from None
 
 
 def make_env_factory(spec: ExperimentSpec):
@@ -78,7 +103,7 @@ def make_backend(spec: ExperimentSpec, make_env):
     return LocalBackend(spec, make_env)
 
 
-async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) -> Path:
+async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = None) -> Path:
     """Train from scratch (state None) or from a checkpoint state; returns the run directory."""
     from pats.models import token_counter
 
@@ -86,18 +111,18 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
-    done = state["step"] if state else None
+    done = state.step if state else None
     scaffold = build_scaffold_policy(
         spec,
         run_dir / "scaffold",
         token_counter(spec.policy.model),
         env.expert_plan,
         task_types=sorted({t.type for t in train_tasks}),
-        upto_version=state and state["scaffold_version"],
+        upto_version=state.scaffold_version if state else None,
     )
     backend = make_backend(spec, make_env)
     sinks = [JsonlSink(run_dir / "metrics.jsonl", keep_through=done)]
-    wandb_id = state.get("wandb_id") if state else None
+    wandb_id = state.wandb_id if state else None
     if spec.logging.wandb != "disabled":
         os.environ.setdefault("WANDB_DIR", str(run_dir))
         sink = WandbSink(
@@ -112,9 +137,8 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
         sinks.append(sink)
         wandb_id = sink.run_id
     if state:
-        backend.load(Path(state["path"]))
-        if hasattr(scaffold, "judge"):
-            scaffold.judge.load_state_dict(state["judge"])
+        backend.load(Path(state.path))
+        scaffold.load_state_dict(state.judge)
     progress = ProgressSink(spec, start=(done + 1) if state else 0) if spec.logging.progress else None
     if progress:
         sinks.append(progress)
@@ -122,15 +146,15 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: dict | None = None) 
     def checkpoint(step: int) -> None:
         folder = run_dir / "checkpoints" / f"step_{step:06d}"
         backend.save(folder)
-        saved = {
-            "step": step,
-            "path": str(folder),
-            "wandb_id": wandb_id,
-            "scaffold_version": scaffold.store.current.number if scaffold.store else 0,
-            "judge": scaffold.judge.state_dict() if hasattr(scaffold, "judge") else {},
-        }
-        write_atomic(folder / "state.json", json.dumps(saved, indent=1))
-        write_atomic(run_dir / "checkpoints" / "latest.json", json.dumps(saved, indent=1))
+        saved = Checkpoint(
+            step=step,
+            path=str(folder),
+            wandb_id=wandb_id,
+            scaffold_version=scaffold.store.current.number if scaffold.store else 0,
+            judge=scaffold.state_dict(),
+        ).model_dump_json(indent=1)
+        write_atomic(folder / "state.json", saved)
+        write_atomic(run_dir / "checkpoints" / "latest.json", saved)
         for old in sorted((run_dir / "checkpoints").glob("step_*"))[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -235,24 +259,27 @@ def _restore_signals() -> None:
 
 
 def _resume_hint(run_dir: Path) -> str:
-    latest = run_dir / "checkpoints" / "latest.json"
-    step = json.loads(latest.read_text())["step"] if latest.is_file() else None
+    state = latest_checkpoint(run_dir)
+    step = state.step if state else None
     where = f"its last checkpoint is step {step}" if step is not None else "it has no checkpoint yet"
     return f"The run directory is intact ({where}): continue with `pats run --resume {run_dir}`"
 
 
-def check_llms(spec: ExperimentSpec) -> None:
-    """Before anything is written or loaded: LiteLLM knows each LLM's provider, and each LLM the run
-    calls answers one short request (see pats.llm_check), so a misconfigured one stops the run here
-    instead of leaving every review to the rules reviser."""
+def check_inputs(spec: ExperimentSpec) -> None:
+    """Before anything is written or loaded: every file the spec names exists; LiteLLM knows each
+    LLM's provider, and each LLM the run calls answers one short request (see pats.llm_check), so a
+    misconfigured one stops the run here instead of leaving every review to the rules reviser."""
     from pats.llm_check import check_providers, preflight
 
+    missing = missing_files(spec)
+    if missing:
+        raise SpecError(missing)
     check_providers(spec)
     preflight(spec)
 
 
 def run_spec(spec: ExperimentSpec) -> Path:
-    check_llms(spec)
+    check_inputs(spec)
     if spec.trainer.backend == "verl":
         from pats.backends.verl.launch import run_verl
 
@@ -262,7 +289,7 @@ def run_spec(spec: ExperimentSpec) -> Path:
 
 def resume(run_dir: Path) -> Path:
     spec, state = load_run(run_dir)
-    check_llms(spec)
+    check_inputs(spec)
     if spec.trainer.backend == "verl":  # verl resumes from <run_dir>/checkpoints (resume_mode=auto)
         from pats.backends.verl.launch import run_verl
 

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pats.protocols import GroupPlan, StepResult
+from pats.protocols import GroupPlan, Played, StepResult
 from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn
 
 ROOMS = ("kitchen", "hall", "garden", "cellar", "attic")
@@ -130,7 +130,7 @@ class ScriptedBackend:
             truncated=not success,
         )
 
-    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[RolloutGroup]:
+    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[Played]:
         groups = []
         for plan in plans:
             rollouts = []
@@ -139,14 +139,13 @@ class ScriptedBackend:
                 view = plan.view if scaffolded else EMPTY_VIEW
                 self.seen_views.append((step, plan.task.id, view.version))
                 rollouts.append(self._play(f"s{step}-{plan.task.id}-{i}", plan.task, view, scaffolded))
-            groups.append(
-                RolloutGroup(
-                    step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=tuple(rollouts)
-                )
+            group = RolloutGroup(
+                step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=tuple(rollouts)
             )
+            groups.append(Played(group))
         return groups
 
-    async def update(self, groups: Sequence[RolloutGroup]) -> dict[str, float]:
+    async def update(self, played: Sequence[Played]) -> dict[str, float]:
         if self.update_delay:
             await asyncio.sleep(self.update_delay)
         self.updates += 1

@@ -3,9 +3,9 @@
 All episodes of a step advance together, one turn at a time: the policy acts for every live episode
 (score mode: all episodes' candidates scored in a few batched passes, each system prompt computed
 once per rollout, or one scoring pass per episode; generate mode: one batched `generate` over all of
-them), then every environment steps concurrently. Each rollout keeps its training items
-(ChoiceItem / TrainItem) beside it, keyed by rollout id, until `update` turns the group's rewards into
-advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
+them), then every environment steps concurrently. `rollout` returns each group with its rollouts'
+played turns (`Played.training`: ScoredTurn / GeneratedTurn), and `update` turns them into training
+items (ChoiceItem / TrainItem) once the group's rewards give their advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
 window (as verl-agent), not a growing chat; each item is weighted 1 / turns so every episode counts
 once in the loss.
 """
@@ -26,7 +26,7 @@ from pats.backends.local.scoring import PrefixStore
 from pats.backends.local.training import ChoiceItem, TrainItem
 from pats.envs.prompting import instructions, parse_action, render_prompt
 from pats.errors import EnvironmentFault
-from pats.protocols import Env, GroupPlan, StepResult
+from pats.protocols import Env, GroupPlan, Played, StepResult
 from pats.scaffold import with_scaffold
 from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn
@@ -75,11 +75,10 @@ class LocalBackend:
         self.make_env = make_env
         self.envs: list[Env] = []  # reused across steps: an environment may hold a process (a JVM)
         self.instructions = instructions(spec.environment.kind, spec.policy.action)
-        self.pending: dict[str, list[StoredTurn]] = {}  # rollout id -> its turns, until update()
 
     # -- PolicyBackend -------------------------------------------------------------------------
 
-    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[RolloutGroup]:
+    async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[Played[tuple[StoredTurn, ...]]]:
         episodes, shape = [], []
         for plan in plans:
             ids = []
@@ -89,26 +88,20 @@ class LocalBackend:
                 ids.append(len(episodes) - 1)
             shape.append((plan, ids))
         finished = await self.play(episodes, greedy=False)
-        groups = []
+        played = []
         for plan, ids in shape:
             rollouts = tuple(self._record(finished[i], scaffolded=i - ids[0] >= plan.probes) for i in ids)
-            for i in ids:
-                self.pending[finished[i].id] = finished[i].items
-            groups.append(
-                RolloutGroup(step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=rollouts)
-            )
-        return groups
+            group = RolloutGroup(step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=rollouts)
+            played.append(Played(group, training=tuple(tuple(finished[i].items) for i in ids)))
+        return played
 
-    async def update(self, groups: Sequence[RolloutGroup]) -> dict[str, float]:
+    async def update(self, played: Sequence[Played[tuple[StoredTurn, ...]]]) -> dict[str, float]:
         batch = []
-        for group in groups:
-            rewards = torch.tensor(group.rewards, dtype=torch.float64)  # (G,)
+        for p in played:
+            rewards = torch.tensor(p.group.rewards, dtype=torch.float64)  # (G,)
             advantages = group_advantages(rewards, self.spec.trainer.normalize_advantage_std)
-            for rollout, adv in zip(group.rollouts, advantages.tolist(), strict=True):
-                items = self.pending.pop(rollout.id, [])
-                for item in items:
-                    batch.append(self._train_item(item, adv, 1.0 / len(items)))
-        self.pending.clear()
+            for turns, adv in zip(p.training, advantages.tolist(), strict=True):
+                batch += [self._train_item(turn, adv, 1.0 / len(turns)) for turn in turns]
         # In a thread: torch releases the GIL, so the scaffold review runs beside the update.
         stats = await asyncio.to_thread(self.policy.update, batch)
         return {f"policy/{k}": float(v) for k, v in stats.items()}

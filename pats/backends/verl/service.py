@@ -75,8 +75,8 @@ class ScaffoldService:
             task_types=types,
         )
         self._judge_file = self.run_dir / "scaffold" / "judge.json"
-        if hasattr(self.scaffold, "judge") and self._judge_file.is_file():
-            self.scaffold.judge.load_state_dict(json.loads(self._judge_file.read_text("utf-8")))
+        if self._judge_file.is_file():
+            self.scaffold.load_state_dict(json.loads(self._judge_file.read_text("utf-8")))
         self.events = EventLog(self.run_dir / "events.jsonl")
         self.probes = self.spec.probe_count()
         self.groups: dict[str, _Group] = {}  # uid -> group, for steps not yet reviewed
@@ -162,10 +162,10 @@ class ScaffoldService:
             metrics.update(review_metrics(result))
         store = self.scaffold.store
         metrics.update(scaffold_metrics(store.current if store else None))
-        if hasattr(self.scaffold, "judge"):
+        if self.scaffold.store is not None:
             from pats.fileio import write_atomic
 
-            write_atomic(self._judge_file, json.dumps(self.scaffold.judge.state_dict(), indent=1))
+            write_atomic(self._judge_file, json.dumps(self.scaffold.state_dict(), indent=1))
         self.events.end_step(step, metrics=metrics)
         self.reviewed.add(step)
         self.reviews.pop(step, None)
