@@ -17,9 +17,14 @@ Protocol (after the small-scale PATS reproduction on ALFWorld, notes/anchors.md)
 - training: informative-group fraction, success with and without the scaffold, and the engine's
   response-likelihood gap (eval/likelihood_gap) at each evaluation.
 
-Each (condition, seed) cell writes bench/results/demonstration/<setting>/<condition>-s<seed>.json when
-it finishes (commit it): a later session fills only the missing cells. Run directories go to
-bench/runs/demonstration/ (ignored by git); an interrupted cell resumes from its checkpoint.
+Each (condition, seed) cell writes bench/results/demonstration/<campaign>/<condition>-s<seed>.json
+when it finishes (commit it): a later session fills only the missing cells. The campaign is the
+setting's name unless `--campaign` names another (sizes other than the defaults need their own: a
+campaign refuses cells of a different protocol). Run directories go to bench/runs/demonstration/
+(ignored by git); an interrupted cell resumes from its checkpoint.
+
+    python bench/demonstration.py --setting twc1                       # the 8-step protocol
+    python bench/demonstration.py --setting twc1 --steps 24 --campaign twc1-24 --conditions none pats
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def base_spec(args) -> Path:
     """The setting's spec with the protocol's sizes, written once per setting (the cells' shared base)."""
     from pats.spec.loader import spec_to_yaml
 
-    out = REPO / "bench" / "runs" / "demonstration" / args.setting
+    out = REPO / "bench" / "runs" / "demonstration" / args.campaign
     out.mkdir(parents=True, exist_ok=True)
     data = setting_spec(args.setting).model_dump(mode="json")
     data["environment"].update(num_train_tasks=args.pool, num_eval_tasks=args.heldout)
@@ -71,7 +76,7 @@ def bank(args) -> Path:
     """The family card of the training pool (verified expert plans, role-abstracted), as a pats bank."""
     import asyncio
 
-    path = RESULTS / "demonstration" / args.setting / "bank.json"
+    path = RESULTS / "demonstration" / args.campaign / "bank.json"
     if path.is_file():
         return path
     probe_args = argparse.Namespace(probe_offset=0, tasks=0, sources=args.pool, group=4, samples=1)
@@ -95,7 +100,7 @@ def bank(args) -> Path:
 def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     from pats.logging.events import read_events
 
-    run_dir = REPO / "bench" / "runs" / "demonstration" / args.setting / f"{condition}-s{seed}"
+    run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{condition}-s{seed}"
     start = time.time()
     what = run_condition(str(spec_file), [*CONDITIONS[condition], f"seed={seed}"], run_dir)
     held = heldout(run_dir / "report" / f"heldout_{args.heldout}.json", args.heldout, run_dir)
@@ -167,16 +172,33 @@ def summarize(setting: str) -> str:
 
 def refresh(args, folder: Path) -> None:
     """Each cell file rebuilt from its finished run directory; how it was trained and timed is kept."""
-    spec_file = REPO / "bench" / "runs" / "demonstration" / args.setting / "base.yaml"
+    spec_file = REPO / "bench" / "runs" / "demonstration" / args.campaign / "base.yaml"
     for path in sorted(folder.glob("*-s*.json")):
         old = json.loads(path.read_text())
-        if not finished(REPO / "bench" / "runs" / "demonstration" / args.setting / path.stem, args.steps):
+        if not finished(REPO / "bench" / "runs" / "demonstration" / args.campaign / path.stem, args.steps):
             print(f"{path.stem}: no finished run directory here; left as it is")
             continue
         new = cell(args, old["condition"], old["seed"], spec_file)
         new |= {k: old[k] for k in ("trained", "seconds", "protocol") if k in old}
         path.write_text(json.dumps(new, indent=1) + "\n")
         print(f"refreshed {path}")
+
+
+PER_RUN = ("conditions", "seeds", "report_only", "refresh")  # arguments that may differ between invocations
+
+
+def check_protocol(args, folder: Path) -> None:
+    """Refuse to add cells to a campaign whose finished cells ran another protocol (steps, pool, ...)."""
+    want = {k: v for k, v in vars(args).items() if k not in PER_RUN}
+    for path in sorted(folder.glob("*-s*.json")):
+        had = {k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN}
+        had.setdefault("campaign", args.campaign)  # cells written before campaigns existed
+        diff = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
+        if diff:
+            raise SystemExit(
+                f"{path} ran another protocol ({', '.join(f'{k}: {had.get(k)} here, {want.get(k)} now' for k in diff)}); "
+                f"give --campaign a new name for these sizes"
+            )
 
 
 def outcomes(cells: list[dict], seeds: set[int]) -> dict[str, list[float]]:
@@ -210,8 +232,13 @@ def main(argv=None) -> None:
     p.add_argument("--refresh", action="store_true",
                    help="re-read finished cells' run directories into their files (no training; after the "
                         "record gains a field)")
+    p.add_argument("--campaign", default=None,
+                   help="folder name under bench/results/demonstration/ and bench/runs/demonstration/ "
+                        "(default: the setting); a protocol other than the default sizes needs its own")
     args = p.parse_args(argv)  # fmt: skip
-    folder = RESULTS / "demonstration" / args.setting
+    args.campaign = args.campaign or args.setting
+    folder = RESULTS / "demonstration" / args.campaign
+    check_protocol(args, folder)
     if args.refresh:
         refresh(args, folder)
     elif not args.report_only:
@@ -227,7 +254,7 @@ def main(argv=None) -> None:
                 h = result["heldout"]
                 print(f"{cond:10s} seed {seed}: informative {result['informative_groups']}/{result['groups']}, "
                       f"held-out {h['successes']:.0f}/{h['episodes']} ({result['seconds']} s)", flush=True)  # fmt: skip
-    table = summarize(args.setting)
+    table = summarize(args.campaign)
     (folder / "summary.md").parent.mkdir(parents=True, exist_ok=True)
     (folder / "summary.md").write_text(table + "\n")
     print(table)

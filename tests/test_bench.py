@@ -190,3 +190,18 @@ def test_overhead_ratios():
     assert r["pats_rules"]["after_rollout"] == pytest.approx(1.05)
     assert r["pats_llm"]["whole_step"] == pytest.approx(22.0 / 20.0)
     assert r["pats_llm"]["target"] == 1.10
+
+
+def test_a_demonstration_campaign_refuses_cells_of_another_protocol(tmp_path):
+    import demonstration
+
+    args = argparse.Namespace(
+        setting="twc1", campaign="twc1", steps=8, pool=8, conditions=["none"], seeds=[0], report_only=False,
+        refresh=False,
+    )  # fmt: skip
+    old = {"setting": "twc1", "steps": 8, "pool": 8, "conditions": ["pats"], "seeds": [1, 2], "refresh": True}
+    (tmp_path / "none-s1.json").write_text(json.dumps({"protocol": old}))
+    demonstration.check_protocol(args, tmp_path)  # cells written before campaigns existed still fit
+    args.steps = 24
+    with pytest.raises(SystemExit, match="steps: 8 here, 24 now.*--campaign"):
+        demonstration.check_protocol(args, tmp_path)
