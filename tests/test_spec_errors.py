@@ -224,3 +224,27 @@ def test_an_override_that_changes_a_sections_kind_says_what_it_drops(repo):
         spec = load_spec(repo / "experiments/alfworld/pats.yaml", ["trainer.backend=local"])
     assert spec.trainer.steps != 150  # dropped, as announced
 
+
+
+def test_a_setting_of_another_kind_says_which_kind_uses_it(write):
+    verl = GOOD + "trainer: {backend: verl, on_env_fault: train}\n"
+    issue = one(write("s.yaml", verl))
+    assert issue.path == "trainer.on_env_fault"
+    assert "applies to trainer backend local only" in issue.message and "remove it" in issue.message
+    issue = one(write("j.yaml", GOOD + "judge: {kind: stats, rubric: judges/twx.yaml}\n"))
+    assert "applies to judge kind llm only" in issue.message
+
+
+def test_verl_refuses_the_local_update_speed_option(write):
+    spec = GOOD + "policy: {action: generate, lora: {top_layers: 4}}\ntrainer: {backend: verl}\n"
+    issue = one(write("s.yaml", spec))
+    assert issue.path == "policy.lora.top_layers" and "every layer" in issue.message
+
+
+def test_an_override_whose_value_names_a_yaml_file_is_an_override(write, capsys, repo):
+    from pats.cli.main import main
+
+    llm = "judge.llm.model=openai/gpt-4o-mini"
+    assert main(["show", str(repo / "experiments/quickstart.yaml"), "judge.kind=llm", llm,
+                 f"judge.rubric={repo / 'judges/twx.yaml'}"]) == 0  # fmt: skip
+    assert f"rubric: {repo / 'judges/twx.yaml'}" in capsys.readouterr().out

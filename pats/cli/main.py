@@ -7,6 +7,7 @@ Errors from the pats error tree print without a traceback and exit with their co
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -20,9 +21,13 @@ EPILOG = """examples:
 overrides are dotted keys, e.g. trainer.steps=20 reviser.kind=llm reviser.llm.model=openai/gpt-4o-mini"""
 
 
+OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")  # a dotted key, then the value (which may name a .yaml file)
+
+
 def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
-    """Spec files and `key=value` overrides may be given in any order."""
-    specs = [i for i in items if "=" not in i or Path(i).suffix in {".yaml", ".yml"}]
+    """Spec files and `key=value` overrides may be given in any order; an existing file is a spec even
+    if its name has an `=`."""
+    specs = [i for i in items if not OVERRIDE.match(i) or Path(i).is_file()]
     overrides = [i for i in items if i not in specs]
     return specs, overrides
 

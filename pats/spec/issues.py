@@ -39,6 +39,13 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
     if kind == "extra_forbidden":
         key = str(path[-1])
         allowed = sorted(parent.model_fields) if parent else []
+        kinds = _other_kinds_with(path, key, parent)
+        if kinds:  # a setting of another kind of this section (trainer.on_env_fault under verl)
+            tag = "backend" if "backend" in (parent.model_fields if parent else {}) else "kind"
+            return (
+                f"'{key}' applies to {path[0]} {tag} {' or '.join(kinds)} only; this {tag} does not use it, "
+                f"so remove it. Keys allowed here: {', '.join(allowed)}"
+            )
         homes = [h for h in _sections_with(key) if h != ".".join(map(str, path[:-1]))]
         if 0 < len(homes) <= 3:  # a key in the wrong section (dedented): say where it belongs
             where = " or ".join(f"under {h}:" if h else "at the top level" for h in homes)
@@ -83,6 +90,15 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
         return f"{_show(value)} is too short; it must not be empty"
     msg = e["msg"].removeprefix("Value error, ")
     return msg if kind == "value_error" else f"{msg} (got {_show(value)})"
+
+
+def _other_kinds_with(path: list, key: str, parent: type[BaseModel] | None) -> list[str]:
+    """Tags of the other kinds of a top-level section that have a field named `key`."""
+    from pats.spec.models import ExperimentSpec
+
+    field = ExperimentSpec.model_fields.get(str(path[0])) if len(path) == 2 else None
+    choices = _model_choices(field.annotation) if field is not None else {}
+    return sorted(tag for tag, model in choices.items() if model is not parent and key in model.model_fields)
 
 
 def _sections_with(key: str) -> list[str]:

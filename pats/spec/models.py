@@ -200,6 +200,11 @@ class _TrainerCommon(SpecModel):
     kl_coef: float = Field(0.0, ge=0.0, description="KL to the reference policy; 0 disables it.")
     normalize_advantage_std: bool = Field(True, description="Divide group advantages by their std.")
     checkpoint_every: int = Field(10, ge=1)
+
+
+class LocalTrainerSpec(_TrainerCommon):
+    backend: Literal["local"] = "local"
+    # Local only: the pats engine applies them; verl's trainer has its own handling of both.
     max_nonfinite_updates: int = Field(
         3,
         ge=1,
@@ -211,10 +216,6 @@ class _TrainerCommon(SpecModel):
         description="A group with a rollout whose environment failed: drop it from the update, or train "
         "on it anyway (the failed episode counts as it ended). The review sees it either way.",
     )
-
-
-class LocalTrainerSpec(_TrainerCommon):
-    backend: Literal["local"] = "local"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch threads on CPU; unset uses all cores.")
     autocast_bf16: bool = Field(True, description="bf16 autocast for forward passes where supported.")
@@ -375,4 +376,12 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     if spec.policy.action == "score" and tr.backend == "verl":
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
+    if tr.backend == "verl" and spec.policy.lora is not None and spec.policy.lora.top_layers is not None:
+        out.append(
+            (
+                "policy.lora.top_layers",
+                "verl puts LoRA adapters on every layer of target_modules; remove top_layers (the local "
+                "backend's update-speed option)",
+            )
+        )
     return out
