@@ -1,16 +1,17 @@
 """Typed records that cross stage boundaries: rollouts -> cards -> judge -> reviser -> scaffold.
 
 All frozen pydantic models, so every record can go to the JSONL event log as it is
-(`record.model_dump(mode="json")`) and no stage can mutate another's data. Token-level training data
+(`record.model_dump(mode="json")`) and no stage can mutate another's data. An evidence card's facts
+are one typed record per card type (`OutcomeData`, ..., `ExpertData`), told apart by their `type` tag. Token-level training data
 (ids, masks, log-probs) is not here: a backend keeps it beside its rollouts, keyed by `Rollout.id`.
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EntryKind = Literal["skill", "mistake", "plan"]
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
@@ -88,6 +89,103 @@ class RolloutGroup(Record):
         return tuple(r for r in self.rollouts if not r.scaffolded)
 
 
+# Evidence card facts: what `pats.cards.build_cards` measures, one record per card type. Readers pick
+# a card's facts by type (`isinstance(card.data, UtilityData)`) and read attributes.
+
+FailureMode = Literal[
+    "invalid_action", "repeated_action", "loop", "out_of_turns", "malformed_output", "env_error"
+]
+FAILURE_MODES: tuple[FailureMode, ...] = get_args(FailureMode)
+
+
+class FailureEvent(Record):
+    mode: FailureMode
+    rollout_id: str
+    turn: int  # index into Rollout.turns
+    excerpt: str
+
+
+class OutcomeData(Record):
+    type: Literal["outcome"] = "outcome"
+    n: int
+    n_scaffolded: int
+    n_probes: int
+    successes: int
+    success_rate: float  # over all rollouts, probes included
+    reward_mean: float
+    reward_std: float  # population std
+    all_failed: bool
+    all_passed: bool
+    turns_mean: float
+    prompt_tokens_mean: float
+    response_tokens_mean: float
+    # The actions of the shortest winning rollout (empty when none won): what the rules reviser builds
+    # plans and family patterns from, so turning the contrast card off does not turn plans off.
+    winning_actions: tuple[str, ...] = ()
+
+
+class RolloutSummary(Record):
+    rollout_id: str
+    reward: float
+    success: bool
+    turns: int
+    actions: tuple[str, ...]
+
+
+class ContrastData(Record):
+    type: Literal["contrast"] = "contrast"
+    best: RolloutSummary
+    worst: RolloutSummary
+    diverge_turn: int | None  # first turn where the actions differ; None if identical
+    best_action_at_diverge: str | None  # None where that rollout had already ended
+    worst_action_at_diverge: str | None
+    same_reward: bool
+
+
+class FailureData(Record):
+    type: Literal["failure"] = "failure"
+    counts: dict[FailureMode, int]  # mode -> rollouts showing it, every mode in FAILURE_MODES order
+    examples: tuple[FailureEvent, ...]  # at most one per mode
+    failed_rollouts: int
+
+    @field_validator("counts")
+    @classmethod
+    def _every_mode(cls, counts: dict[FailureMode, int]) -> dict[FailureMode, int]:
+        # A mode left out was seen in no rollout, so readers can index any mode.
+        return {mode: counts.get(mode, 0) for mode in FAILURE_MODES}
+
+
+class UtilityData(Record):
+    type: Literal["utility"] = "utility"
+    n_with: int
+    n_without: int
+    success_with: float
+    success_without: float
+    reward_with: float
+    reward_without: float
+    delta: float  # success_with - success_without
+
+
+class Departure(Record):
+    rollout_id: str
+    turn: int
+    expected: str
+    taken: str | None  # None where the rollout ended before that turn
+
+
+class ExpertData(Record):
+    type: Literal["expert"] = "expert"
+    plan: tuple[str, ...]
+    followed: dict[str, int]  # rollout id -> leading actions equal to the plan's prefix
+    first_departure: Departure | None  # of the failed rollout that followed the plan furthest
+    followed_fraction_mean: float
+
+
+CardData = Annotated[
+    OutcomeData | ContrastData | FailureData | UtilityData | ExpertData, Field(discriminator="type")
+]
+
+
 class EvidenceCard(Record):
     """A deterministic, size-bounded summary of one rollout group, cited by judges and edits."""
 
@@ -99,8 +197,17 @@ class EvidenceCard(Record):
     scaffold_version: str
     text: str  # rendered for LLMs, within the card token cap
     tokens: int
-    data: dict[str, Any] = Field(default_factory=dict)  # the same facts, structured, for rules
+    data: CardData  # the same facts, typed, for rules and judges; never shrunk with the text
     privileged: bool = False  # built from expert plans: never shown to the policy
+
+    @model_validator(mode="after")
+    def _facts_match_type(self) -> EvidenceCard:
+        if self.data.type != self.type:
+            raise ValueError(
+                f"card {self.id}: type {self.type!r} but data of type {self.data.type!r}; give it "
+                f"{self.type!r} facts"
+            )
+        return self
 
 
 class ReviewMode(str, Enum):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 
-from pats.cards import FAILURE_MODES, build_cards, detect_failures
-from pats.types import Rollout, RolloutGroup, Task, Turn
+from pats.cards import FAILURE_MODES, FailureData, build_cards, detect_failures
+from pats.testing import card_facts
+from pats.types import EvidenceCard, Rollout, RolloutGroup, Task, Turn
 
 ALL = ("outcome", "contrast", "failure", "utility", "expert")
 CAP = 256
@@ -60,7 +62,8 @@ def mixed() -> RolloutGroup:
 
 def test_outcome_mixed(mixed, count_tokens):
     card = build_cards(mixed, ["outcome"], count_tokens, CAP)[0]
-    assert card.data == {
+    assert card.data.model_dump(mode="json") == {
+        "type": "outcome",
         "n": 4,
         "n_scaffolded": 3,
         "n_probes": 1,
@@ -89,11 +92,11 @@ def test_outcome_all_failed_and_all_passed(count_tokens):
     passed = group(rollout("a", ["look"], 1.0, True), rollout("b", ["look", "wait"], 0.5, True))
     f = build_cards(failed, ["outcome"], count_tokens, CAP)[0].data
     p = build_cards(passed, ["outcome"], count_tokens, CAP)[0].data
-    assert (f["all_failed"], f["all_passed"], f["success_rate"], f["reward_std"]) == (True, False, 0.0, 0.0)
-    assert (p["all_failed"], p["all_passed"], p["success_rate"]) == (False, True, 1.0)
-    assert p["reward_mean"] == 0.75
-    assert p["reward_std"] == 0.25
-    assert p["turns_mean"] == 1.5
+    assert (f.all_failed, f.all_passed, f.success_rate, f.reward_std) == (True, False, 0.0, 0.0)
+    assert (p.all_failed, p.all_passed, p.success_rate) == (False, True, 1.0)
+    assert p.reward_mean == 0.75
+    assert p.reward_std == 0.25
+    assert p.turns_mean == 1.5
 
 
 # contrast
@@ -102,19 +105,19 @@ def test_outcome_all_failed_and_all_passed(count_tokens):
 def test_contrast_mixed(mixed, count_tokens):
     data = build_cards(mixed, ["contrast"], count_tokens, CAP)[0].data
     # Worst: reward 0 and most turns (r1, r2 tie at 5) -> the first of them, r1.
-    assert data["best"] == {
+    assert data.best.model_dump(mode="json") == {
         "rollout_id": "r0",
         "reward": 1.0,
         "success": True,
         "turns": 3,
         "actions": ["go north", "take key", "open door"],
     }
-    assert data["worst"]["rollout_id"] == "r1"
-    assert data["worst"]["turns"] == 5
-    assert data["diverge_turn"] == 2
-    assert data["best_action_at_diverge"] == "open door"
-    assert data["worst_action_at_diverge"] == "go west"
-    assert data["same_reward"] is False
+    assert data.worst.rollout_id == "r1"
+    assert data.worst.turns == 5
+    assert data.diverge_turn == 2
+    assert data.best_action_at_diverge == "open door"
+    assert data.worst_action_at_diverge == "go west"
+    assert data.same_reward is False
 
 
 def test_contrast_ties_prefer_fewest_turns_for_best(count_tokens):
@@ -124,9 +127,9 @@ def test_contrast_ties_prefer_fewest_turns_for_best(count_tokens):
         rollout("bad", ["a"], 0.0),
     )
     data = build_cards(g, ["contrast"], count_tokens, CAP)[0].data
-    assert (data["best"]["rollout_id"], data["worst"]["rollout_id"]) == ("short", "bad")
+    assert (data.best.rollout_id, data.worst.rollout_id) == ("short", "bad")
     # The worst ended at turn 1, where the best still acted.
-    assert (data["diverge_turn"], data["best_action_at_diverge"], data["worst_action_at_diverge"]) == (
+    assert (data.diverge_turn, data.best_action_at_diverge, data.worst_action_at_diverge) == (
         1,
         "c",
         None,
@@ -137,10 +140,10 @@ def test_contrast_identical_rollouts(count_tokens):
     g = group(rollout("a", ["look", "wait"]), rollout("b", ["Look", "wait"]))
     card = build_cards(g, ["contrast"], count_tokens, CAP)[0]
     # Everything ties: best is the first, the worst is taken from the others.
-    assert (card.data["best"]["rollout_id"], card.data["worst"]["rollout_id"]) == ("a", "b")
-    assert card.data["diverge_turn"] is None
-    assert card.data["best_action_at_diverge"] is None
-    assert card.data["same_reward"] is True
+    assert (card.data.best.rollout_id, card.data.worst.rollout_id) == ("a", "b")
+    assert card.data.diverge_turn is None
+    assert card.data.best_action_at_diverge is None
+    assert card.data.same_reward is True
     assert "identical actions (same reward)" in card.text
 
 
@@ -163,7 +166,7 @@ def test_failure_card_counts_rollouts_not_turns(count_tokens):
         rollout("crash", ["look", "look"], error="env timeout"),
     )
     data = build_cards(g, ["failure"], count_tokens, CAP)[0].data
-    assert data["counts"] == {
+    assert data.counts == {
         "invalid_action": 1,
         "repeated_action": 1,
         "loop": 1,
@@ -171,15 +174,15 @@ def test_failure_card_counts_rollouts_not_turns(count_tokens):
         "malformed_output": 0,
         "env_error": 1,
     }
-    assert data["failed_rollouts"] == 3
-    assert [e["mode"] for e in data["examples"]] == [
+    assert data.failed_rollouts == 3
+    assert [e.mode for e in data.examples] == [
         "invalid_action",
         "repeated_action",
         "loop",
         "out_of_turns",
         "env_error",
     ]
-    assert data["examples"][0] == {
+    assert data.examples[0].model_dump() == {
         "mode": "invalid_action",
         "rollout_id": "bad",
         "turn": 0,
@@ -190,7 +193,12 @@ def test_failure_card_counts_rollouts_not_turns(count_tokens):
 def test_failure_card_on_clean_group(count_tokens):
     g = group(rollout("a", ["go north", "open door"], 1.0, True), rollout("b", ["look"]))
     card = build_cards(g, ["failure"], count_tokens, CAP)[0]
-    assert card.data == {"counts": dict.fromkeys(FAILURE_MODES, 0), "examples": [], "failed_rollouts": 1}
+    assert card.data.model_dump(mode="json") == {
+        "type": "failure",
+        "counts": dict.fromkeys(FAILURE_MODES, 0),
+        "examples": [],
+        "failed_rollouts": 1,
+    }
     assert "no failure mode detected" in card.text
 
 
@@ -199,7 +207,8 @@ def test_failure_card_on_clean_group(count_tokens):
 
 def test_utility_with_probes(mixed, count_tokens):
     data = build_cards(mixed, ["utility"], count_tokens, CAP)[0].data
-    assert data == {
+    assert data.model_dump(mode="json") == {
+        "type": "utility",
         "n_with": 3,
         "n_without": 1,
         "success_with": pytest.approx(1 / 3),
@@ -218,8 +227,8 @@ def test_utility_negative_delta(count_tokens):
         rollout("p1", ["look"], scaffolded=False),
     )
     card = build_cards(g, ["utility"], count_tokens, CAP)[0]
-    assert (card.data["success_with"], card.data["success_without"], card.data["delta"]) == (0.0, 0.5, -0.5)
-    assert (card.data["reward_with"], card.data["reward_without"]) == (0.25, 0.5)
+    assert (card.data.success_with, card.data.success_without, card.data.delta) == (0.0, 0.5, -0.5)
+    assert (card.data.reward_with, card.data.reward_without) == (0.25, 0.5)
     assert "success delta: -0.5" in card.text
 
 
@@ -243,7 +252,8 @@ def test_expert_card(count_tokens):
     card = build_cards(g, ["expert"], count_tokens, CAP, expert_plan=plan)[0]
     assert card.privileged
     assert card.id == "c3-t1-expert"
-    assert card.data == {
+    assert card.data.model_dump(mode="json") == {
+        "type": "expert",
         "plan": plan,
         "followed": {"win": 4, "near": 2, "far": 1},
         "first_departure": {"rollout_id": "near", "turn": 2, "expected": "unlock door", "taken": "go west"},
@@ -256,9 +266,9 @@ def test_expert_departure_none_when_no_failed_rollout_left_the_plan(count_tokens
     plan = ["go north", "open door"]
     g = group(rollout("a", plan, 1.0, True), rollout("b", ["look"], 1.0, True))
     data = build_cards(g, ["expert"], count_tokens, CAP, expert_plan=plan)[0].data
-    assert data["first_departure"] is None
-    assert data["followed"] == {"a": 2, "b": 0}
-    assert data["followed_fraction_mean"] == 0.5
+    assert data.first_departure is None
+    assert data.followed == {"a": 2, "b": 0}
+    assert data.followed_fraction_mean == 0.5
 
 
 def test_expert_needs_a_plan(mixed, count_tokens):
@@ -291,6 +301,34 @@ def test_deterministic(mixed, count_tokens):
     assert [c.model_dump() for c in first] == [c.model_dump() for c in second]
 
 
+def test_cards_round_trip_through_json_as_typed_facts(mixed, count_tokens):
+    # The event log holds model_dump(mode="json"); reading a line back gives the same typed card.
+    cards = build_cards(mixed, list(ALL), count_tokens, CAP, expert_plan=["go north", "open door"])
+    for card in cards:
+        assert card.data.type == card.type
+        assert EvidenceCard.model_validate_json(card.model_dump_json()) == card
+
+
+def test_card_facts_must_match_the_card_type(mixed, count_tokens):
+    card = build_cards(mixed, ["utility"], count_tokens, CAP)[0]
+    with pytest.raises(ValidationError, match="type 'outcome' but data of type 'utility'"):
+        EvidenceCard(**{**dict(card), "type": "outcome"})
+    assert {card_type: type(card_facts(card_type)).__name__ for card_type in ALL} == {
+        "outcome": "OutcomeData",
+        "contrast": "ContrastData",
+        "failure": "FailureData",
+        "utility": "UtilityData",
+        "expert": "ExpertData",
+    }
+
+
+def test_failure_counts_name_every_mode():
+    # A mode left out was seen in no rollout: readers index any mode without a default.
+    data = FailureData(counts={"loop": 2}, examples=(), failed_rollouts=1)
+    assert list(data.counts) == list(FAILURE_MODES)
+    assert (data.counts["loop"], data.counts["env_error"]) == (2, 0)
+
+
 def long_group(best_id: str = "best") -> tuple[RolloutGroup, list[str]]:
     words = "the rusty lantern flickers beside an ancient oak chest covered in strange glyphs".split()
     obs = " ".join(words[i % len(words)] for i in range(2000))
@@ -318,7 +356,7 @@ def test_size_bound_on_long_group(count_tokens, cap, best_id):
         assert card.tokens == count_tokens(card.text)
         assert 0 < card.tokens <= cap, card.type
     # The data is never shrunk with the text.
-    assert by_type(cards)["contrast"].data["best"]["actions"] == actions[:30]
+    assert by_type(cards)["contrast"].data.best.actions == tuple(actions[:30])
 
 
 def test_shrinking_keeps_the_header_and_the_numbers_at_a_moderate_cap(count_tokens):

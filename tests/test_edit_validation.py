@@ -11,6 +11,7 @@ from pats.reviser import validate_edits
 from pats.reviser.validate import similarity
 from pats.scaffold import EditError, ScaffoldStore
 from pats.scaffold.validate import edit_problems
+from pats.testing import card_facts
 from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
@@ -26,6 +27,7 @@ def card(task_id: str, type_: str, task_type: str = "twc") -> EvidenceCard:
         scaffold_version="v1",
         text="",
         tokens=0,
+        data=card_facts(type_),
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from pats.judges import StatsJudge, pick_mode, update_ema
 from pats.protocols import Judge
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget, StatsJudgeSpec
+from pats.testing import card_facts
 from pats.types import EvidenceCard, ReviewMode, Rollout, RolloutGroup, ScaffoldEntry, Task
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
@@ -52,7 +53,7 @@ def utility(task_id: str, task_type: str, delta: float) -> EvidenceCard:
         scaffold_version="v1",
         text="",
         tokens=0,
-        data={"delta": delta},
+        data=card_facts("utility", delta=delta),
     )
 
 

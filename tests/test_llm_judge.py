@@ -12,7 +12,7 @@ from pats.errors import SpecError
 from pats.judges.llm import GRADE_LABELS, LLMJudge, load_rubric
 from pats.protocols import Judge
 from pats.spec.models import LLMJudgeSpec, LLMSpec, ScaffoldBudget
-from pats.testing import ScriptedOpenAIServer
+from pats.testing import ScriptedOpenAIServer, card_facts
 from pats.types import EvidenceCard, ReviewMode, Rollout, RolloutGroup, ScaffoldEntry, Task
 
 
@@ -43,6 +43,7 @@ def card(task_id: str, task_type: str, kind: str, text: str) -> EvidenceCard:
         scaffold_version="v1",
         text=text,
         tokens=len(text.split()),
+        data=card_facts(kind),
     )
 
 

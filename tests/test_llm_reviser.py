@@ -12,7 +12,7 @@ from pats.errors import JudgeError, SpecError
 from pats.protocols import Reviser
 from pats.reviser.llm import LLMReviser, load_reviser_prompt
 from pats.spec.models import LLMReviserSpec, LLMSpec
-from pats.testing import ScriptedOpenAIServer
+from pats.testing import ScriptedOpenAIServer, card_facts
 from pats.types import (
     AddEdit,
     Assessment,
@@ -35,6 +35,7 @@ def card(id: str, task_type: str, text: str, privileged: bool = False) -> Eviden
         scaffold_version="v2",
         text=text,
         tokens=8,
+        data=card_facts("expert" if privileged else "failure"),
         privileged=privileged,
     )
 

@@ -7,13 +7,15 @@ import pytest
 from pats.protocols import Reviser
 from pats.reviser import RulesReviser, validate_edits
 from pats.spec.models import ScaffoldBudget
+from pats.testing import card_facts
 from pats.types import AddEdit, Assessment, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, Verdict
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
 MODES = [E, R, C, P]
 
 
-def card(task_id: str, type_: str, data: dict, task_type: str = "twc") -> EvidenceCard:
+def card(task_id: str, type_: str, facts: dict, task_type: str = "twc") -> EvidenceCard:
+    """A card with the given facts; the rest are an empty group's (pats.testing.card_facts)."""
     return EvidenceCard(
         id=f"c3-{task_id}-{type_}",
         type=type_,
@@ -23,7 +25,7 @@ def card(task_id: str, type_: str, data: dict, task_type: str = "twc") -> Eviden
         scaffold_version="v1",
         text="",
         tokens=0,
-        data=data,
+        data=card_facts(type_, **facts),
         privileged=type_ == "expert",
     )
 

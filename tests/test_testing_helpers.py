@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pats.testing import scripted_judge, scripted_reviser
+from pats.testing import card_facts, scripted_judge, scripted_reviser
 from pats.types import AddEdit, Assessment, EvidenceCard, ReviewMode, RolloutGroup, ScaffoldEntry, Task
 
 
@@ -16,6 +16,7 @@ def card(kind: str) -> EvidenceCard:
         scaffold_version="v",
         text=f"{kind} card",
         tokens=2,
+        data=card_facts(kind),
     )
 
 

@@ -3,11 +3,11 @@
 `build_cards` turns a `RolloutGroup` into one `EvidenceCard` per requested type that applies, in the
 order of `types`: `outcome` (always), `contrast` (2+ rollouts), `failure` (always), `utility` (only
 with both scaffolded and probe rollouts) and `expert` (only with an expert plan; marked privileged).
-Each card carries the facts twice: `data`, a JSON-ready dump of the card's record below (read by the
-rules reviser and judges), and `text`, a compact rendering for LLMs within `max_tokens` tokens of the
-policy tokenizer. `data` is never shrunk; the text is shrunk in fixed steps (`LEVELS`: fewer listed
-actions and examples, shorter actions and excerpts, cut by token count) and, as a last resort, cut
-at the cap, so `tokens <= max_tokens` always holds.
+Each card carries the facts twice: `data`, the card type's typed record (`OutcomeData`, ...,
+`ExpertData` in pats.types; read by the rules reviser and judges), and `text`, a compact rendering for
+LLMs within `max_tokens` tokens of the policy tokenizer. `data` is never shrunk; the text is shrunk in
+fixed steps (`LEVELS`: fewer listed actions and examples, shorter actions and excerpts, cut by token
+count) and, as a last resort, cut at the cap, so `tokens <= max_tokens` always holds.
 
 Where this departs from the published method:
 - `contrast`: when the best and the worst are the same rollout (every reward and turn count tie),
@@ -25,75 +25,24 @@ from typing import get_args
 
 from pats.cards.failures import FAILURE_MODES, FailureEvent, detect_failures, normalize_action
 from pats.protocols import TokenCounter
-from pats.types import CardType, EvidenceCard, Record, Rollout, RolloutGroup
+from pats.types import (
+    CardData,
+    CardType,
+    ContrastData,
+    Departure,
+    EvidenceCard,
+    ExpertData,
+    FailureData,
+    OutcomeData,
+    Record,
+    Rollout,
+    RolloutGroup,
+    RolloutSummary,
+    UtilityData,
+)
 
 KNOWN_CARDS: tuple[CardType, ...] = get_args(CardType)
 ELLIPSIS = "..."
-
-
-class OutcomeData(Record):
-    n: int
-    n_scaffolded: int
-    n_probes: int
-    successes: int
-    success_rate: float  # over all rollouts, probes included
-    reward_mean: float
-    reward_std: float  # population std
-    all_failed: bool
-    all_passed: bool
-    turns_mean: float
-    prompt_tokens_mean: float
-    response_tokens_mean: float
-    # The actions of the shortest winning rollout (empty when none won): what the rules reviser builds
-    # plans and family patterns from, so turning the contrast card off does not turn plans off.
-    winning_actions: tuple[str, ...] = ()
-
-
-class RolloutSummary(Record):
-    rollout_id: str
-    reward: float
-    success: bool
-    turns: int
-    actions: tuple[str, ...]
-
-
-class ContrastData(Record):
-    best: RolloutSummary
-    worst: RolloutSummary
-    diverge_turn: int | None  # first turn where the actions differ; None if identical
-    best_action_at_diverge: str | None  # None where that rollout had already ended
-    worst_action_at_diverge: str | None
-    same_reward: bool
-
-
-class FailureData(Record):
-    counts: dict[str, int]  # mode -> rollouts showing it, every mode in FAILURE_MODES order
-    examples: tuple[FailureEvent, ...]  # at most one per mode
-    failed_rollouts: int
-
-
-class UtilityData(Record):
-    n_with: int
-    n_without: int
-    success_with: float
-    success_without: float
-    reward_with: float
-    reward_without: float
-    delta: float  # success_with - success_without
-
-
-class Departure(Record):
-    rollout_id: str
-    turn: int
-    expected: str
-    taken: str | None  # None where the rollout ended before that turn
-
-
-class ExpertData(Record):
-    plan: tuple[str, ...]
-    followed: dict[str, int]  # rollout id -> leading actions equal to the plan's prefix
-    first_departure: Departure | None  # of the failed rollout that followed the plan furthest
-    followed_fraction_mean: float
 
 
 @dataclass(frozen=True)
@@ -153,14 +102,14 @@ def build_cards(
                 scaffold_version=group.scaffold_version,
                 text=text,
                 tokens=count_tokens(text),
-                data=facts.model_dump(mode="json"),
+                data=facts,
                 privileged=card_type == "expert",
             )
         )
     return cards
 
 
-def _facts(card_type: CardType, group: RolloutGroup, plan: Sequence[str] | None) -> Record | None:
+def _facts(card_type: CardType, group: RolloutGroup, plan: Sequence[str] | None) -> CardData | None:
     rollouts = group.rollouts
     if card_type == "outcome":
         return outcome_data(rollouts)
@@ -438,7 +387,7 @@ _RENDER: dict[type[Record], Callable] = {
 }
 
 
-def _fit(header: str, facts: Record, count_tokens: TokenCounter, max_tokens: int) -> str:
+def _fit(header: str, facts: CardData, count_tokens: TokenCounter, max_tokens: int) -> str:
     """The most detailed rendering within `max_tokens`; the least detailed one cut to fit otherwise."""
     render = _RENDER[type(facts)]
     text = header

@@ -20,23 +20,12 @@ whitespace ("Go  North" repeats "go north"), since text environments parse them 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
 
-from pats.types import Record, Rollout
+# FailureEvent and the mode names live with the card records in pats.types: FailureData holds them.
+from pats.types import FAILURE_MODES, FailureEvent, FailureMode, Rollout
 
-FailureMode = Literal[
-    "invalid_action", "repeated_action", "loop", "out_of_turns", "malformed_output", "env_error"
-]
-FAILURE_MODES: tuple[FailureMode, ...] = get_args(FailureMode)
 EXCERPT_CHARS = 120
 LOOP_LENGTHS = (2, 3)
-
-
-class FailureEvent(Record):
-    mode: FailureMode
-    rollout_id: str
-    turn: int  # index into Rollout.turns
-    excerpt: str
 
 
 def normalize_action(action: str) -> str:

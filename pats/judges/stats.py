@@ -21,7 +21,7 @@ from typing import Any
 
 from pats.reviser.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget, StatsJudgeSpec
-from pats.types import Assessment, EvidenceCard, ReviewMode, RolloutGroup, ScaffoldEntry
+from pats.types import Assessment, EvidenceCard, ReviewMode, RolloutGroup, ScaffoldEntry, UtilityData
 
 
 def update_ema(prev: float | None, x: float, alpha: float) -> float:
@@ -109,9 +109,5 @@ class StatsJudge:
 
 def mean_utility(cards: Sequence[EvidenceCard], task_type: str) -> float | None:
     """Mean with-minus-without success delta over the type's utility cards; None without any."""
-    deltas = [
-        c.data["delta"]
-        for c in cards
-        if c.type == "utility" and c.task_type == task_type and c.data.get("delta") is not None
-    ]
+    deltas = [c.data.delta for c in cards if c.task_type == task_type and isinstance(c.data, UtilityData)]
     return sum(deltas) / len(deltas) if deltas else None

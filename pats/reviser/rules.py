@@ -33,8 +33,8 @@ Where it departs from (or fixes what is open in) the published method:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
 from pats.reviser.validate import MODE_BUDGETS, is_near_duplicate, type_entries
@@ -42,11 +42,17 @@ from pats.spec.models import ScaffoldBudget
 from pats.types import (
     AddEdit,
     Assessment,
+    ContrastData,
     DeleteEdit,
     Edit,
     EvidenceCard,
+    ExpertData,
+    FailureData,
+    OutcomeData,
+    Record,
     ReviewMode,
     ScaffoldEntry,
+    UtilityData,
     Verdict,
 )
 
@@ -158,32 +164,31 @@ class RulesReviser:
         )
 
     def _expert_plan(self, task_id: str, ev: _Evidence) -> AddEdit | None:
-        expert, outcome = ev.card(task_id, "expert"), ev.card(task_id, "outcome")
+        expert = ev.facts(task_id, ExpertData)
         if expert is None or ev.had_success(task_id):
             return None
-        plan = list(expert.data.get("plan") or [])
-        departure = expert.data.get("first_departure")
-        if departure:  # up to a few steps past where the policy first left the plan
-            plan = plan[: int(departure.get("turn", 0)) + 3]
+        plan = expert.plan
+        if expert.first_departure is not None:  # up to a few steps past where the policy first left the plan
+            plan = plan[: expert.first_departure.turn + 3]
         actions = key_actions(plan)
-        cites = ev.cites(task_id, [expert, outcome])
+        cites = ev.cites(task_id, [ev.card(task_id, "expert"), ev.card(task_id, "outcome")])
         if not actions or cites is None:
             return None
         return AddEdit(kind="plan", scope=f"task:{task_id}", text="Steps to try: " + actions, cites=cites)
 
     def _mistake(self, t: str, ev: _Evidence, view: list[ScaffoldEntry]) -> AddEdit | None:
-        failing = [k for k in ev.task_ids if not ev.had_success(k) and ev.card(k, "failure") is not None]
-        counts = {k: ev.card(k, "failure").data.get("counts") or {} for k in failing}
+        found = {k: ev.facts(k, FailureData) for k in ev.task_ids if not ev.had_success(k)}
+        failures = {k: f for k, f in found.items() if f is not None}
         totals: dict[str, int] = {}
-        for k in failing:
-            for failure_mode, n in counts[k].items():
+        for failure in failures.values():
+            for failure_mode, n in failure.counts.items():
                 if failure_mode in MISTAKES and n:
                     totals[failure_mode] = totals.get(failure_mode, 0) + n
         existing = [e.text for e in view if e.scope == f"type:{t}"]
         # The dominant mode first; a mode whose lesson is already in the scaffold gives way to the next.
         for failure_mode in sorted(totals, key=lambda m: (-totals[m], m)):
-            showing = [k for k in failing if (counts[k].get(failure_mode) or 0) > 0]
-            excerpt = _excerpt(ev.card(k, "failure") for k in showing).get(failure_mode)
+            showing = [k for k, failure in failures.items() if failure.counts[failure_mode] > 0]
+            excerpt = _excerpt(failures[k] for k in showing).get(failure_mode)
             general = abstract_excerpt(failure_mode, excerpt, ev.vocabulary) if excerpt else ""
             text = MISTAKES[failure_mode].format(x=general or failure_mode.replace("_", " "))
             if any(is_near_duplicate(text, x) for x in existing):
@@ -275,14 +280,13 @@ def abstract_excerpt(failure_mode: str, excerpt: str, vocabulary: frozenset[str]
 def shows_harm(utility: Sequence[EvidenceCard]) -> bool:
     """Pooled over the type's utility cards: enough probe episodes, some probe wins, and probes ahead
     of the scaffolded rollouts by HARM_MARGIN. Groups where both sides failed are no evidence."""
-    n_with = sum(int(c.data.get("n_with") or 0) for c in utility)
-    n_without = sum(int(c.data.get("n_without") or 0) for c in utility)
+    facts = [c.data for c in utility if isinstance(c.data, UtilityData)]
+    n_with = sum(u.n_with for u in facts)
+    n_without = sum(u.n_without for u in facts)
     if n_without < HARM_MIN_PROBES or n_with == 0:
         return False
-    won_with = sum(float(c.data.get("success_with") or 0) * int(c.data.get("n_with") or 0) for c in utility)
-    won_without = sum(
-        float(c.data.get("success_without") or 0) * int(c.data.get("n_without") or 0) for c in utility
-    )
+    won_with = sum(u.success_with * u.n_with for u in facts)
+    won_without = sum(u.success_without * u.n_without for u in facts)
     return won_without > 0 and won_without / n_without - won_with / n_with >= HARM_MARGIN
 
 
@@ -301,15 +305,18 @@ def key_actions(actions: Sequence[str]) -> str:
     return text + (" -> ..." if len(kept) > MAX_PLAN_ACTIONS else "")
 
 
-def _excerpt(failure_cards) -> dict[str, str]:
+def _excerpt(failures: Iterable[FailureData]) -> dict[str, str]:
     """The first excerpt per failure mode, on one line, without its repeat count, cut to EXCERPT_CHARS."""
     out: dict[str, str] = {}
-    for card in failure_cards:
-        for ex in card.data.get("examples") or []:
-            text = REPEAT_COUNT.sub("", " ".join(str(ex.get("excerpt", "")).split()))
-            if text and ex.get("mode") not in out:
-                out[ex.get("mode")] = text[:EXCERPT_CHARS]
+    for failure in failures:
+        for ex in failure.examples:
+            text = REPEAT_COUNT.sub("", " ".join(ex.excerpt.split()))
+            if text and ex.mode not in out:
+                out[ex.mode] = text[:EXCERPT_CHARS]
     return out
+
+
+Facts = TypeVar("Facts", bound=Record)  # one of the card facts records: OutcomeData, ...
 
 
 class _Evidence:
@@ -323,47 +330,52 @@ class _Evidence:
             self.by_task.setdefault(c.task_id, {}).setdefault(c.type, c)
         self.task_ids = sorted(self.by_task)
         # The family's vocabulary: arguments seen in the actions of two or more of the type's tasks.
-        seen = []
+        seen: list[tuple[str, tuple[str, ...]]] = []
         for c in self.cards:
-            if c.type == "contrast":
-                seen += [(c.task_id, (c.data.get(s) or {}).get("actions") or ()) for s in ("best", "worst")]
-            elif c.type == "outcome":
-                seen.append((c.task_id, c.data.get("winning_actions") or ()))
-            elif c.type == "expert":
-                seen.append((c.task_id, c.data.get("plan") or ()))
+            if isinstance(c.data, ContrastData):
+                seen += [(c.task_id, c.data.best.actions), (c.task_id, c.data.worst.actions)]
+            elif isinstance(c.data, OutcomeData):
+                seen.append((c.task_id, c.data.winning_actions))
+            elif isinstance(c.data, ExpertData):
+                seen.append((c.task_id, c.data.plan))
         self.vocabulary = family_vocabulary(seen)
 
     def card(self, task_id: str, card_type: str) -> EvidenceCard | None:
         return self.by_task.get(task_id, {}).get(card_type)
 
+    def facts(self, task_id: str, kind: type[Facts]) -> Facts | None:
+        """The facts of the task's card of that kind (`OutcomeData`, ...); None when it has none."""
+        for card in self.by_task.get(task_id, {}).values():
+            if isinstance(card.data, kind):
+                return card.data
+        return None
+
     def of_type(self, card_type: str) -> list[EvidenceCard]:
         return [c for c in self.cards if c.type == card_type]
 
     def success_rate(self, task_id: str) -> float:
-        outcome = self.card(task_id, "outcome")
-        return float(outcome.data.get("success_rate", 0.0)) if outcome else 0.0
+        outcome = self.facts(task_id, OutcomeData)
+        return outcome.success_rate if outcome is not None else 0.0
 
     def all_passed(self, task_id: str) -> bool:
-        outcome = self.card(task_id, "outcome")
-        return bool(outcome and outcome.data.get("all_passed"))
+        outcome = self.facts(task_id, OutcomeData)
+        return outcome is not None and outcome.all_passed
 
     def winning_actions(self, task_id: str) -> tuple[str, ...]:
         """The actions of a rollout that won: the outcome card's, else the contrast card's best."""
-        outcome = self.card(task_id, "outcome")
-        if outcome is not None and outcome.data.get("winning_actions"):
-            return tuple(outcome.data["winning_actions"])
-        contrast = self.card(task_id, "contrast")
-        best = (contrast.data.get("best") or {}) if contrast else {}
-        return tuple(best.get("actions") or ()) if best.get("success") else ()
+        outcome = self.facts(task_id, OutcomeData)
+        if outcome is not None and outcome.winning_actions:
+            return outcome.winning_actions
+        contrast = self.facts(task_id, ContrastData)
+        return contrast.best.actions if contrast is not None and contrast.best.success else ()
 
     def expert_plan(self, task_id: str) -> tuple[str, ...]:
-        expert = self.card(task_id, "expert")
-        return tuple(expert.data.get("plan") or ()) if expert else ()
+        expert = self.facts(task_id, ExpertData)
+        return expert.plan if expert is not None else ()
 
     def had_success(self, task_id: str) -> bool:
-        contrast = self.card(task_id, "contrast")
-        best = (contrast.data.get("best") or {}) if contrast else {}
-        return self.success_rate(task_id) > 0 or bool(best.get("success"))
+        contrast = self.facts(task_id, ContrastData)
+        return self.success_rate(task_id) > 0 or (contrast is not None and contrast.best.success)
 
     def cites(self, task_id: str | None, primary: Sequence[EvidenceCard | None]) -> tuple[str, ...] | None:
         """The primary cards' ids, topped up to min_citations from the task's (then the type's) other

@@ -1,5 +1,6 @@
 """Test doubles for pats users: fakes that let an environment, judge or reviser be tested offline."""
 
+from pats.testing.cards import card_facts
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 from pats.testing.llm import scripted_judge, scripted_reviser
 from pats.testing.openai_server import ScriptedOpenAIServer
@@ -8,6 +9,7 @@ __all__ = [
     "FakeEnv",
     "ScriptedBackend",
     "ScriptedOpenAIServer",
+    "card_facts",
     "improving_schedule",
     "scripted_judge",
     "scripted_reviser",
