@@ -19,6 +19,7 @@ from pats.types import (
     Rollout,
     RolloutGroup,
     ScaffoldEntry,
+    ScaffoldVersion,
     ScaffoldView,
     Task,
 )
@@ -132,5 +133,9 @@ class Reviser(Protocol):
 @runtime_checkable
 class MetricSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def scaffold(self, step: int, version: ScaffoldVersion) -> None:
+        """A new scaffold version, after the step's metrics (W&B: a table of its entries)."""
+        ...
 
     def close(self) -> None: ...

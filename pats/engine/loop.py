@@ -139,6 +139,8 @@ class Engine:
         write_review(self.events, step, groups, result, version)
         for sink in self.sinks:
             sink.log(step, metrics)
+            if version is not None:
+                sink.scaffold(step, version)
 
 
 def trainable(played: Sequence[Played], on_env_fault: str) -> list[Played]:

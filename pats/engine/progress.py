@@ -55,5 +55,8 @@ class ProgressSink:
         )
         self.progress.update(self.task, completed=step + 1, info=info)
 
+    def scaffold(self, step: int, version) -> None:
+        return None
+
     def close(self) -> None:
         self.progress.stop()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
+from pats.types import ScaffoldVersion
 
 
 class JsonlSink:
@@ -25,6 +26,9 @@ class JsonlSink:
         self._file.write(json.dumps({"step": step, **metrics}) + "\n")
         self._file.flush()
 
+    def scaffold(self, step: int, version: ScaffoldVersion) -> None:
+        return None  # every version is already a file under scaffold/versions/
+
     def close(self) -> None:
         self._file.close()
 
@@ -32,8 +36,13 @@ class JsonlSink:
 class WandbSink:
     """W&B run in `mode` (offline writes under the run dir; `wandb sync` uploads later).
 
-    `run_id` is kept by the caller so a resumed pats run continues the same W&B run.
+    Besides the metrics: each new scaffold version as a table (`scaffold/entries`, one row per entry:
+    what the policy is being told, at which step), and at the end the run's scaffold folder (every
+    version and the judge's state) as an artifact of type `scaffold`. `run_id` is kept by the caller
+    so a resumed pats run continues the same W&B run.
     """
+
+    COLUMNS = ("version", "id", "kind", "scope", "text", "tokens", "created_step", "updated_step", "cites")
 
     def __init__(
         self,
@@ -64,9 +73,26 @@ class WandbSink:
             reinit="finish_previous",
         )
         self.run_id = self._run.id
+        self._run_dir, self._name = run_dir, name
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._run.log(metrics, step=step)
 
+    def scaffold(self, step: int, version: ScaffoldVersion) -> None:
+        import wandb
+
+        rows = [
+            [version.number, e.id, e.kind, e.scope, e.text, e.tokens, e.created_step, e.updated_step, " ".join(e.cites)]
+            for e in version.entries
+        ]
+        self._run.log({"scaffold/entries": wandb.Table(columns=list(self.COLUMNS), data=rows)}, step=step)
+
     def close(self) -> None:
+        import wandb
+
+        folder = self._run_dir / "scaffold"
+        if folder.is_dir() and any(folder.iterdir()):
+            artifact = wandb.Artifact(f"{self._name}-scaffold", type="scaffold")
+            artifact.add_dir(str(folder))
+            self._run.log_artifact(artifact)
         self._run.finish()
