@@ -18,7 +18,8 @@ except Exception as err:  # PrerequisiteError naming the install command
         raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
     pytest.skip(f"verl not installed: {err}", allow_module_level=True)
 
-from pats.backends.verl.launch import export_verl, write_bundle
+from pats.backends.verl.export import export_verl
+from pats.backends.verl.launch import write_bundle
 from pats.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +108,7 @@ def test_validate_config_refuses_what_verl_would_refuse(tmp_path):
 
 def test_export_writes_a_recognizable_launch_script_and_task_rows(tmp_path):
     spec = load_spec(ALFWORLD / "pats.yaml")
-    script = export_verl(spec, tmp_path / "alfworld", data=False)  # alfworld tasks need its game data
+    script = export_verl(spec, tmp_path / "alfworld", data=False).launch  # alfworld tasks need its games
     text = script.read_text()
     assert "python3 -m verl.trainer.main_ppo" in text
     for line in (

@@ -166,7 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from pats.backends.verl.launch import export_verl
+    from pats.backends.verl.export import export_verl
     from pats.spec import load_spec
 
     paths, overrides = _split_args(args.items)
@@ -180,12 +180,23 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SpecError(
             "`pats export verl` needs trainer.backend: verl (add the override trainer.backend=verl)"
         )
-    out = Path(paths[1])
-    script = export_verl(spec, out, data=not args.no_data)
-    print(
-        f"wrote {out}/ (spec.yaml, agent_loops.yaml, launch.sh{'' if args.no_data else ', train/val.parquet'})"
-    )
-    print(f"run it on a GPU node or a Ray head node: bash {script}")
+    done = export_verl(spec, Path(paths[1]), data=not args.no_data)
+    out = done.out
+    print(f"checked: verl's validate_config accepts the composed config\nwrote {out}/ (see {out}/README.md)")
+    for key, source, target in done.copied:
+        print(f"  {target}: copy of {source} ({key})")
+    if done.task_rows:
+        print("  train.parquet, val.parquet: the task rows")
+    else:
+        print(
+            "  no task rows (--no-data): launch.sh writes train.parquet and val.parquet before training, "
+            f"or run `python3 -m pats.backends.verl.data {out}` on a node with the environment's data"
+        )
+    for key, path, here in done.absolute:
+        print(f"  {key} is read from {path} on every node{'' if here else ' (not found on this machine)'}")
+    for name, value in done.env:
+        print(f"  Ray workers get {name}={value} unless the launching shell sets it")
+    print(f"run it on a GPU node or a Ray head node: bash {done.launch}")
     return 0
 
 
@@ -266,15 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "export",
         help="write a spec as a verl run for a GPU cluster (parquet tasks, agent loops, launch script)",
-        description="pats export verl SPEC OUT/ [KEY=VALUE ...]: write OUT/train.parquet, val.parquet, "
-        "agent_loops.yaml, spec.yaml and launch.sh (python3 -m verl.trainer.main_ppo with every Hydra "
-        "override). See docs/verl.md for one node and Ray clusters.",
+        description="pats export verl SPEC OUT/ [KEY=VALUE ...]: check the spec with verl's "
+        "validate_config, then write a new folder OUT/ whole or not at all: train.parquet, val.parquet, "
+        "agent_loops.yaml, spec.yaml, files/ (copies of the initial bank and rubric), README.md and "
+        "launch.sh (python3 -m verl.trainer.main_ppo with every Hydra override). OUT must not exist "
+        "or be empty. See docs/verl.md for one node and Ray clusters.",
     )
     p.add_argument("target", choices=["verl"], help="what to export for (verl)")
     p.add_argument(
         "items", nargs="+", metavar="SPEC|OUT|KEY=VALUE", help="spec file, output folder, overrides"
     )
-    p.add_argument("--no-data", action="store_true", help="skip the parquet files (no task lists needed)")
+    p.add_argument(
+        "--no-data",
+        action="store_true",
+        help="skip the task rows (train/val.parquet), for a machine without the environment's data; "
+        "launch.sh writes them on the cluster",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

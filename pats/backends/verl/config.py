@@ -6,6 +6,10 @@ the spec come last, so a user can change any verl key without a pats release. pa
 travel in the config under `pats.*` (`pats.spec`, `pats.run_dir`): the agent loops read them from
 the trainer config they are given, so the agent loop YAML holds nothing but class names.
 
+Ray workers on other nodes do not inherit the launching shell: W&B's mode and the variables pats'
+environments read (`WORKER_ENV`: where the ALFWorld games, the shared data and the pats cache are)
+travel in the job's runtime env (`ray_kwargs.ray_init.runtime_env.env_vars`).
+
 Departures from the local backend: verl optimizes the token-mean PPO loss over whole multi-turn
 episodes (the local backend weights each turn 1/turns); `policy.dtype` is not mapped (verl trains
 FSDP with fp32 master weights and rolls out in bf16, its defaults).
@@ -14,9 +18,9 @@ FSDP with fp32 master weights and rolls out in bf16, its defaults).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, SpecError, SpecIssue
 from pats.spec.models import ExperimentSpec
 
 TRAIN_LOOP = "pats_agent"  # agent_name of training rows
@@ -25,6 +29,10 @@ INSTALL_HINT = (
     "the verl backend needs verl 0.9.1 and its agent-loop extras: `pip install pats[verl]` "
     "(GPU nodes also need a rollout engine: `pip install verl[vllm]==0.9.1` or `verl[sglang]`)"
 )
+# Variables pats' environments read inside Ray workers: ALFWorld's games (data_dir: null), the shared
+# data folder (banks, QA sets, corpora) and the cache where ALFWorld tarballs and converted models go.
+WORKER_ENV = ("ALFWORLD_DATA", "PATS_DATA", "PATS_CACHE")
+RUNTIME_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
 def require_verl():
@@ -50,9 +58,11 @@ def verl_overrides(
     spec_path: str,
     run_dir: str,
     model_path: str,
+    worker_env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """verl Hydra overrides (`key=value`) for `spec`. Paths are passed in as strings so a launch
-    script can use shell variables ($HERE/train.parquet) where `pats run` uses absolute paths."""
+    script can use shell variables ($HERE/train.parquet) where `pats run` uses absolute paths.
+    `worker_env` (see `worker_env`) goes into the Ray runtime env, before `trainer.overrides`."""
     tr, pol, ev = spec.trainer, spec.policy, spec.eval
     if tr.backend != "verl":
         raise ValueError(f"spec {spec.name} has trainer.backend {tr.backend}; set trainer.backend: verl")
@@ -135,10 +145,16 @@ def verl_overrides(
     if spec.logging.wandb != "disabled":
         # W&B runs inside Ray actors: its mode travels in the runtime env, not the shell.
         out += [
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE={spec.logging.wandb}",
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR={run_dir}",
+            f"+{RUNTIME_ENV_VARS}.WANDB_MODE={spec.logging.wandb}",
+            f"+{RUNTIME_ENV_VARS}.WANDB_DIR={run_dir}",
         ]
+    out += [f"+{RUNTIME_ENV_VARS}.{name}='{value}'" for name, value in (worker_env or {}).items()]
     return out + list(tr.overrides)
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The `WORKER_ENV` variables set (non-empty) in `environ`, for the Ray runtime env."""
+    return {name: environ[name] for name in WORKER_ENV if environ.get(name)}
 
 
 def config_dir() -> str:
@@ -153,6 +169,22 @@ def compose(overrides: Sequence[str]):
 
     with initialize_config_dir(config_dir=config_dir(), version_base=None):
         return hydra_compose("ppo_trainer", overrides=list(overrides))
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """Compose `overrides` and run `check`; what verl refuses becomes a SpecError that says so."""
+    try:
+        check(compose(overrides))
+    except Exception as err:  # Hydra's, OmegaConf's and verl's own errors (asserts included)
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise SpecError(
+            SpecIssue(
+                "trainer",
+                f"verl refuses the composed config ({type(err).__name__}: {message}); change the "
+                "spec's trainer settings (or the verl keys in trainer.overrides) so that verl's "
+                "validate_config accepts them",
+            )
+        ) from None
 
 
 def check(config) -> None:

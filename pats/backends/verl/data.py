@@ -8,16 +8,26 @@ run `PatsAgentLoop`, validation rows `PatsValidationLoop` (no scaffold, the depl
 The row's prompt is what verl's dataset tools see (length filter, logs); the agent loop renders the
 real first prompt from the environment's reset (task description, first observation, admissible
 actions), as the local backend does, because that text only exists once a game has started.
+
+`python3 -m pats.backends.verl.data BUNDLE/` writes a bundle's rows from its spec.yaml: a bundle
+exported with `--no-data` (on a machine without the games) gets them on the cluster this way, and its
+launch script runs it when the files are missing.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pats.backends.verl.config import TRAIN_LOOP, VALIDATION_LOOP
 from pats.envs.prompting import instructions
+from pats.errors import PatsError
+from pats.spec.models import ExperimentSpec
 from pats.types import Task
+
+TRAIN_FILE, VAL_FILE = "train.parquet", "val.parquet"
 
 
 def task_rows(tasks: Sequence[Task], env_kind: str, validation: bool) -> list[dict]:
@@ -47,14 +57,61 @@ def task_rows(tasks: Sequence[Task], env_kind: str, validation: bool) -> list[di
 
 
 def write_parquet(rows: Sequence[dict], path: Path) -> Path:
+    """Write `rows` to `path` whole or not at all (a reader never finds half a file)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(list(rows)), path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_task_data(spec: ExperimentSpec, out: Path) -> tuple[Path, Path]:
+    """`out/train.parquet` (every training task) and `out/val.parquet` (the first `eval.num_tasks`
+    held-out tasks). Lists the environment's tasks, so it needs the environment's data (ALFWorld's
+    games, a QA set) on this machine."""
+    import pats.envs  # noqa: F401  (registers the built-in environments)
+    from pats.registry import ENVIRONMENTS
+
+    env = ENVIRONMENTS.get(spec.environment.kind)(spec.environment)
+    train, held_out = env.tasks("train"), env.tasks("eval")
+    held_out = held_out[: spec.eval.num_tasks or len(held_out)]
+    kind = spec.environment.kind
+    return (
+        write_parquet(task_rows(train, kind, validation=False), out / TRAIN_FILE),
+        write_parquet(task_rows(held_out, kind, validation=True), out / VAL_FILE),
+    )
 
 
 def task_of(extra_info: dict) -> Task:
     """The task a row was written for (from `extra_info`, as verl hands it to the loop)."""
     return Task.model_validate_json(extra_info["task"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python3 -m pats.backends.verl.data BUNDLE/`: the task rows of the bundle's spec.yaml."""
+    from pats.spec import load_spec
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python3 -m pats.backends.verl.data BUNDLE/  (a folder from `pats export verl`)")
+        return 2
+    bundle = Path(args[0])
+    try:
+        paths = write_task_data(load_spec(bundle / "spec.yaml"), bundle)
+    except PatsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

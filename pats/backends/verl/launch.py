@@ -9,20 +9,28 @@ A bundle folder holds what a verl run needs besides verl itself:
 
 `pats run` writes the bundle to <run dir>/verl/ and calls verl's `run_ppo` in-process with the same
 overrides; a cluster user runs `bash OUT/launch.sh` on the Ray head node instead.
+
+`pats export verl` (pats.backends.verl.export) writes the same bundle, self-contained and whole or
+not at all.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from pats.backends.verl.config import (
+    RUNTIME_ENV_VARS,
     TRAIN_LOOP,
     VALIDATION_LOOP,
+    WORKER_ENV,
     check,
     compose,
     require_verl,
     verl_overrides,
+    worker_env,
 )
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
@@ -36,6 +44,8 @@ AGENT_LOOPS = f"""\
   _target_: pats.backends.verl.loop.PatsValidationLoop
 """
 
+EXPORT_DEFAULTS = ("ALFWORLD_DATA", "PATS_DATA")  # their values at export are launch.sh's defaults
+
 
 def model_path(spec: ExperimentSpec) -> str:
     """A directory or Hugging Face id verl can load (the embedded policy is converted once)."""
@@ -44,15 +54,35 @@ def model_path(spec: ExperimentSpec) -> str:
     return str(resolve_model_dir(spec.policy.model))
 
 
+# -- `pats run`: the bundle in the run directory -------------------------------------------------
+
+
 def write_bundle(spec: ExperimentSpec, out: Path, run_dir: str, data: bool = True) -> list[str]:
     """Write the bundle to `out`; returns the overrides with absolute paths (for an in-process run).
     `data=False` skips the parquet files (they need the environment's task lists)."""
     out.mkdir(parents=True, exist_ok=True)
+    model = model_path(spec)
+    write_files(spec, out, model, data, export_defaults())
+    return bundle_overrides(spec, str(out.resolve()), str(Path(run_dir).resolve()), model)
+
+
+def bundle_overrides(spec: ExperimentSpec, here: str, run_dir: str, model: str) -> list[str]:
+    """The overrides of a bundle at `here`, with this process' `WORKER_ENV` in the runtime env."""
+    return verl_overrides(
+        spec,
+        train_files=f"{here}/train.parquet",
+        val_files=f"{here}/val.parquet",
+        agent_loops=f"{here}/agent_loops.yaml",
+        spec_path=f"{here}/spec.yaml",
+        run_dir=run_dir,
+        model_path=model,
+        worker_env=worker_env(os.environ),
+    )
+
+
+def write_files(spec: ExperimentSpec, out: Path, model: str, data: bool, env: Mapping[str, str]) -> None:
     write_atomic(out / "spec.yaml", spec_to_yaml(spec))
     write_atomic(out / "agent_loops.yaml", AGENT_LOOPS)
-    if data:
-        write_task_data(spec, out)
-    model = model_path(spec)
     script = verl_overrides(
         spec,
         train_files="$HERE/train.parquet",
@@ -61,35 +91,21 @@ def write_bundle(spec: ExperimentSpec, out: Path, run_dir: str, data: bool = Tru
         spec_path="$HERE/spec.yaml",
         run_dir="$RUN_DIR",
         model_path=model,
-    )
-    write_atomic(out / "launch.sh", launch_script(spec, script))
+    )  # the runtime env's WORKER_ENV is added by the script, from the launching shell
+    write_atomic(out / "launch.sh", launch_script(spec, script, env))
     (out / "launch.sh").chmod(0o755)
-    here = str(out.resolve())
-    return verl_overrides(
-        spec,
-        train_files=f"{here}/train.parquet",
-        val_files=f"{here}/val.parquet",
-        agent_loops=f"{here}/agent_loops.yaml",
-        spec_path=f"{here}/spec.yaml",
-        run_dir=str(Path(run_dir).resolve()),
-        model_path=model,
-    )
+    if data:
+        from pats.backends.verl.data import write_task_data
+
+        write_task_data(spec, out)
 
 
-def write_task_data(spec: ExperimentSpec, out: Path) -> None:
-    import pats.envs  # noqa: F401  (registers the built-in environments)
-    from pats.backends.verl.data import task_rows, write_parquet
-    from pats.registry import ENVIRONMENTS
-
-    env = ENVIRONMENTS.get(spec.environment.kind)(spec.environment)
-    train, held_out = env.tasks("train"), env.tasks("eval")
-    held_out = held_out[: spec.eval.num_tasks or len(held_out)]
-    kind = spec.environment.kind
-    write_parquet(task_rows(train, kind, validation=False), out / "train.parquet")
-    write_parquet(task_rows(held_out, kind, validation=True), out / "val.parquet")
+def export_defaults() -> dict[str, str]:
+    return {name: value for name, value in worker_env(os.environ).items() if name in EXPORT_DEFAULTS}
 
 
-def launch_script(spec: ExperimentSpec, overrides: list[str]) -> str:
+def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, str] | None = None) -> str:
+    """launch.sh: `env` holds defaults for `WORKER_ENV` variables the launching shell does not set."""
     tr = spec.trainer
     lines = [
         "#!/usr/bin/env bash",
@@ -105,20 +121,30 @@ def launch_script(spec: ExperimentSpec, overrides: list[str]) -> str:
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         'RUN_DIR="${PATS_RUN_DIR:-$HERE/run}"',
+        "# Ray workers on other nodes do not inherit this shell: these variables go into the job's",
+        "# runtime env when set. Defaults: their values where the bundle was written; yours win.",
+    ]
+    for name, value in (env or {}).items():
+        lines.append(f'if [ -z "${{{name}:-}}" ]; then export {name}={shlex.quote(value)}; fi')
+    lines += [
+        "WORKER_ENV=()",
+        f"for var in {' '.join(WORKER_ENV)}; do",
+        f'  if [ -n "${{!var:-}}" ]; then WORKER_ENV+=("+{RUNTIME_ENV_VARS}.$var=\'${{!var}}\'"); fi',
+        "done",
+        "# Task rows: written here from spec.yaml when missing (an export with --no-data).",
+        'if [ ! -f "$HERE/train.parquet" ] || [ ! -f "$HERE/val.parquet" ]; then',
+        '  echo "launch.sh: writing train.parquet and val.parquet from spec.yaml" >&2',
+        '  python3 -m pats.backends.verl.data "$HERE"',
+        "fi",
         'mkdir -p "$RUN_DIR"',
         "python3 -m verl.trainer.main_ppo \\",
     ]
     for item in overrides:
         quoted = f'"{item}"' if "$" in item else shlex.quote(item)  # $HERE/$RUN_DIR expand
         lines.append(f"    {quoted} \\")
+    lines.append('    ${WORKER_ENV[@]+"${WORKER_ENV[@]}"} \\')  # (an empty array trips set -u in old bash)
     lines.append('    "$@"')
     return "\n".join(lines) + "\n"
-
-
-def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Path:
-    """`pats export verl SPEC OUT/`: the bundle, checked against verl's config when verl is here."""
-    write_bundle(spec, out, run_dir=str(out / "run"), data=data)
-    return out / "launch.sh"
 
 
 def require_gpu() -> None:

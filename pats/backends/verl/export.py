@@ -1,0 +1,198 @@
+"""`pats export verl SPEC OUT/`: the bundle of launch.py, self-contained and written whole or not at all.
+
+The small files the spec reads (the initial bank, the judge rubric) are copied to `files/` and the
+bundle's spec.yaml names them relative to itself (the loader reads relative paths beside the spec
+file), so the bundle can move; large data (games, QA sets, corpora) stays at absolute paths, and the
+variables that locate it (`WORKER_ENV`) reach the Ray workers through the runtime env. verl's
+`validate_config` checks the composed config before anything is written; the files go to a hidden
+sibling folder renamed to OUT at the end, so a failed export leaves no OUT. `--no-data` leaves the
+task rows out (they list the environment's tasks, which needs its data); launch.sh writes them on
+the cluster (`python3 -m pats.backends.verl.data OUT/`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pats.backends.verl.config import WORKER_ENV, check_overrides, require_verl
+from pats.backends.verl.launch import bundle_overrides, export_defaults, model_path, write_files
+from pats.errors import PatsError, PrerequisiteError, SpecError, SpecIssue
+from pats.fileio import write_atomic
+from pats.spec import ExperimentSpec
+
+FILES = "files"  # the bundle's copies of the small files the spec reads
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote, for the command's report and the bundle's README."""
+
+    out: Path
+    launch: Path
+    copied: tuple[tuple[str, str, str], ...]  # (spec key, source file, path in the bundle)
+    absolute: tuple[tuple[str, str, bool], ...]  # (spec key, path, exists here): read on every node
+    env: tuple[tuple[str, str], ...]  # launch.sh's defaults for WORKER_ENV variables
+    task_rows: bool  # False: exported with --no-data
+
+
+def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Exported:
+    """`pats export verl SPEC OUT/`: a self-contained bundle, written whole or not at all."""
+    _refuse_existing(out)
+    require_verl()
+    copies, absolute = _spec_files(spec)
+    missing = [
+        SpecIssue(key, f"{source} does not exist; the export copies it into the bundle")
+        for key, source, _ in copies
+        if not Path(source).is_file()
+    ]
+    if missing:
+        raise SpecError(missing)
+    _read_copies(spec, copies)  # a malformed bank or rubric fails here, not on the cluster
+    model = model_path(spec)
+    here = os.path.abspath(out)
+    check_overrides(bundle_overrides(spec, here, f"{here}/run", model))  # before anything is written
+    if Path(model).is_absolute():
+        absolute += (("policy.model", model, Path(model).exists()),)
+    bundled = _with_copies(spec, copies)
+    result = Exported(out, out / "launch.sh", copies, absolute, tuple(export_defaults().items()), data)
+    with _staged(out) as stage:
+        for _, source, target in copies:
+            (stage / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, stage / target)
+        try:
+            write_files(bundled, stage, model, data, dict(result.env))
+        except PrerequisiteError as err:
+            raise PrerequisiteError(
+                f"{err}\nthe task rows list the environment's tasks, which needs its data here; or export "
+                "without them (--no-data) and launch.sh writes them on the cluster"
+            ) from None
+        write_atomic(stage / "README.md", readme(spec, result))
+    return result
+
+
+def _refuse_existing(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        what = "is a folder that is not empty" if out.is_dir() else "exists and is not a folder"
+        raise PatsError(
+            f"{out} {what}; `pats export verl` writes a new bundle and never overwrites: remove {out} or "
+            "choose another folder"
+        )
+
+
+def _spec_files(spec: ExperimentSpec) -> tuple[tuple, tuple]:
+    """(copies, absolute): the initial bank and the judge rubric (pats' own for an llm judge without
+    one) are copied to files/<key>/<name>; every other file the spec reads stays where it is."""
+    from pats.lm import PROMPTS_DIR
+    from pats.spec.loader import FILE_KEYS
+
+    copied = {"scaffold.initial_bank", "judge.rubric"}
+    data = spec.model_dump(mode="json")
+    if spec.judge.kind == "llm" and spec.judge.rubric is None:
+        data["judge"]["rubric"] = str(PROMPTS_DIR / f"{spec.environment.kind}.yaml")
+    copies, absolute = [], []
+    for key in FILE_KEYS:
+        value = data
+        for part in key:
+            value = value.get(part) if isinstance(value, dict) else None
+        name = ".".join(key)
+        for path in [value] if isinstance(value, str) else value or []:
+            if name in copied:
+                copies.append((name, path, f"{FILES}/{key[-1]}/{Path(path).name}"))
+            else:
+                absolute.append((name, path, Path(path).exists()))
+    return tuple(copies), tuple(absolute)
+
+
+def _read_copies(spec: ExperimentSpec, copies) -> None:
+    from pats.judges import load_rubric
+    from pats.scaffold.bank import load_bank
+
+    for key, source, _ in copies:
+        if key == "scaffold.initial_bank":
+            load_bank(source)
+        else:
+            load_rubric(source, spec.environment.kind)
+
+
+def _with_copies(spec: ExperimentSpec, copies) -> ExperimentSpec:
+    """`spec` naming the bundle's copies, relative to spec.yaml."""
+    data = spec.model_dump(mode="json")
+    for key, _, target in copies:
+        section, name = key.split(".")
+        data[section][name] = target
+    return ExperimentSpec.model_validate(data)
+
+
+@contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """A hidden sibling folder renamed to `out` when the block succeeds; removed, with any parent
+    folders made for it, when it fails."""
+    made = [p for p in out.absolute().parents if not p.exists()]  # deepest first
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        yield stage
+        stage.chmod(0o755)  # mkdtemp's 0700 would hide the bundle from other users of the cluster
+        os.replace(stage, out)  # atomic; replaces nothing but an empty folder
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def readme(spec: ExperimentSpec, done: Exported) -> str:
+    """The bundle's README.md: what is in it and what the cluster must provide."""
+    tr = spec.trainer
+    lines = [
+        f"# {spec.name}: a pats run for verl",
+        "",
+        f"Written by `pats export verl`. On the Ray head node (or one GPU node): `bash launch.sh`. "
+        f"Shape: {tr.nnodes} node(s) x {tr.gpus_per_node} GPU(s); {tr.steps} steps. See pats' docs/verl.md.",
+        "",
+        "- `spec.yaml`: the resolved pats spec; relative paths in it are read beside it.",
+        "- `agent_loops.yaml`: verl's agent-loop registry (pats_agent, pats_validation).",
+        "- `launch.sh`: `python3 -m verl.trainer.main_ppo` with every Hydra override.",
+    ]
+    for key, source, target in done.copied:
+        lines.append(f"- `{target}`: copy of {source} (`{key}`)")
+    if done.task_rows:
+        lines.append("- `train.parquet`, `val.parquet`: one row per task.")
+    else:
+        lines += [
+            "",
+            "**Task rows not written** (exported with `--no-data`): `launch.sh` writes `train.parquet` and "
+            "`val.parquet` before training, or run `python3 -m pats.backends.verl.data <this folder>` on a "
+            "node with the environment's data.",
+        ]
+    lines += ["", "## What the cluster must provide", ""]
+    lines.append(f"- `pip install pats[verl]` and `verl[{tr.rollout_engine}]==0.9.1` on every node.")
+    for key, path, here in done.absolute:
+        lines.append(
+            f"- `{key}`: {path} on every node{'' if here else ' (not found where the bundle was written)'}"
+        )
+    if spec.environment.kind == "alfworld" and spec.environment.data_dir is None:
+        lines.append("- ALFWorld's games at `$ALFWORLD_DATA` (data_dir is unset).")
+    env = ", ".join(f"{name}={value}" for name, value in done.env) or "none were set"
+    lines += [
+        f"- Variables the workers get through Ray's runtime env when set: {', '.join(WORKER_ENV)}; "
+        f"launch.sh's defaults (from the exporting machine; the launching shell's values win): {env}.",
+    ]
+    if spec.judge.kind == "llm" and spec.judge.llm.api_key_env:
+        lines.append(
+            f"- `{spec.judge.llm.api_key_env}` in the environment of `ray start` on the head node (the "
+            "scaffold service runs the judge there; keys never go into the config)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- `pats run` with a verl spec ------------------------------------------------------------------

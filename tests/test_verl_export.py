@@ -1,0 +1,210 @@
+"""`pats export verl SPEC OUT/`: a self-contained bundle, checked by verl's validate_config, written
+whole or not at all. Real verl (Hydra compose + validate_config), real task rows (TextWorldExpress
+lists its tasks without game data), and launch.sh run by bash with a stand-in `python3` that records
+its arguments, which are then composed by verl's Hydra config as main_ppo would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+try:
+    from pats.backends.verl.config import compose, require_verl
+
+    require_verl()
+except Exception as err:  # PrerequisiteError naming the install command
+    if os.environ.get("CI"):
+        raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
+    pytest.skip(f"verl not installed: {err}", allow_module_level=True)
+
+from pats.backends.verl import data as verl_data
+from pats.backends.verl.export import export_verl
+from pats.backends.verl.launch import write_bundle
+from pats.cli.main import main
+from pats.errors import PatsError, PrerequisiteError, SpecError
+from pats.scaffold.bank import load_bank
+from pats.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+ALFWORLD = REPO / "experiments" / "alfworld"
+ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
+
+
+def twx_spec_file(tmp_path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5") -> Path:
+    text = "\n".join(
+        [
+            "name: verl-twx",
+            "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
+            "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
+            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 256}",
+            f"scaffold: {{{scaffold}}}",
+            "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
+            "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1}",
+            f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}",
+            *extra,
+        ]
+    )
+    path = tmp_path / "spec" / "spec.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return path
+
+
+def pats_bank(path: Path) -> Path:
+    entries = [{"kind": "skill", "scope": "general", "text": "Look before you take."}]
+    path.write_text(json.dumps({"entries": entries}))
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Staging folders an export left behind."""
+    return [p.name for p in folder.iterdir() if ".export-" in p.name]
+
+
+def run_launch(script: Path, tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
+    """`bash launch.sh` with a `python3` that records each call's arguments instead of running."""
+    bin_dir, calls = tmp_path / "stub-bin", tmp_path / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    calls.mkdir(exist_ok=True)
+    stub = bin_dir / "python3"
+    stub.write_text(f'#!/bin/sh\nn=$(ls "{calls}" | wc -l)\nprintf "%s\\0" "$@" > "{calls}/$n"\n')
+    stub.chmod(0o755)
+    clean = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "PATS_DATA", "PATS_CACHE")}
+    result = subprocess.run(
+        ["bash", str(script)],
+        env={**clean, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return [(calls / str(i)).read_text().split("\0")[:-1] for i in range(len(list(calls.iterdir())))]
+
+
+def test_a_moved_bundle_loads_its_spec_and_finds_the_copied_files(tmp_path):
+    bank = pats_bank(tmp_path / "my_bank.json")
+    spec_file = twx_spec_file(
+        tmp_path,
+        "judge: {kind: llm, llm: {model: openai/gpt-4o-mini}}",  # no rubric: pats' own is copied
+        scaffold=f"probe_fraction: 0.5, initial_bank: {bank}",
+    )
+    done = export_verl(load_spec(spec_file), tmp_path / "out")
+    assert {target for _, _, target in done.copied} == {
+        "files/initial_bank/my_bank.json",
+        "files/rubric/twx.yaml",
+    }
+    moved = tmp_path / "elsewhere" / "bundle"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "out", moved)
+    bank.unlink()  # only the copy is left
+
+    spec = load_spec(moved / "spec.yaml")
+    assert spec.scaffold.initial_bank == str(moved / "files" / "initial_bank" / "my_bank.json")
+    assert spec.judge.rubric == str(moved / "files" / "rubric" / "twx.yaml")
+    assert [e.text for e in load_bank(spec.scaffold.initial_bank)] == ["Look before you take."]
+    assert (moved / "files" / "rubric" / "twx.yaml").read_text() == (REPO / "judges" / "twx.yaml").read_text()
+    assert "initial_bank: files/initial_bank/my_bank.json" in (moved / "spec.yaml").read_text()
+    assert (moved / "train.parquet").is_file() and (moved / "val.parquet").is_file()
+    assert "copy of" in (moved / "README.md").read_text()
+
+
+def test_the_ray_runtime_env_carries_the_data_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", "/data/alf world~games")
+    monkeypatch.setenv("PATS_DATA", "/data/pats")
+    monkeypatch.delenv("PATS_CACHE", raising=False)
+    # pats run: the in-process overrides carry this process' values.
+    spec = load_spec(ALFWORLD / "pats.yaml", ["trainer.rollout_engine=sglang"])
+    cfg = compose(write_bundle(spec, tmp_path / "run" / "verl", run_dir=str(tmp_path / "run"), data=False))
+    env_vars = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert (env_vars.ALFWORLD_DATA, env_vars.PATS_DATA) == ("/data/alf world~games", "/data/pats")
+    assert env_vars.WANDB_MODE == "offline"
+
+    # The export: launch.sh defaults to the exporting machine's values; the launching shell's win.
+    done = export_verl(spec, tmp_path / "bundle", data=False)
+    assert dict(done.env) == {"ALFWORLD_DATA": "/data/alf world~games", "PATS_DATA": "/data/pats"}
+    calls = run_launch(done.launch, tmp_path, {"PATS_CACHE": "/scratch/cache", "PATS_DATA": "/cluster/pats"})
+    rows, train = calls
+    assert rows == ["-m", "pats.backends.verl.data", str((tmp_path / "bundle").resolve())]  # --no-data
+    assert train[:2] == ["-m", "verl.trainer.main_ppo"]
+    env_vars = compose(train[2:]).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.ALFWORLD_DATA == "/data/alf world~games"
+    assert (env_vars.PATS_DATA, env_vars.PATS_CACHE) == ("/cluster/pats", "/scratch/cache")
+
+
+def test_export_runs_validate_config_and_a_refused_config_leaves_nothing(tmp_path, capsys):
+    # 2 tasks x 2 rollouts = 4 sequences cannot be split over 3 GPUs: verl's own check refuses it.
+    spec_file = twx_spec_file(tmp_path)
+    out = tmp_path / "new" / "bundle"
+    with pytest.raises(SpecError, match="divisible") as err:
+        export_verl(load_spec(spec_file, ["trainer.gpus_per_node=3"]), out)
+    assert "validate_config" in str(err.value)
+    assert not (tmp_path / "new").exists()  # not even the parent it would have made
+
+    assert main(["export", "verl", str(spec_file), str(out), "trainer.gpus_per_node=3"]) == 2
+    assert "divisible" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+    assert main(["export", "verl", str(spec_file), str(out)]) == 0
+    assert "validate_config accepts" in capsys.readouterr().out
+
+
+def test_no_data_exports_where_the_games_are_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    spec = str(ALFWORLD / "pats.yaml")
+    missing = f"environment.data_dir={tmp_path / 'no-games'}"
+    out = tmp_path / "alfworld"
+    assert main(["export", "verl", spec, str(out), missing]) == PrerequisiteError.exit_code
+    assert "--no-data" in capsys.readouterr().err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+    assert main(["export", "verl", spec, str(out), missing, "--no-data"]) == 0
+    said = capsys.readouterr().out
+    assert f"python3 -m pats.backends.verl.data {out}" in said
+    assert "environment.data_dir is read from" in said and "not found on this machine" in said
+    assert not (out / "train.parquet").exists()
+    assert "Task rows not written" in (out / "README.md").read_text()
+    assert "python3 -m pats.backends.verl.data" in (out / "launch.sh").read_text()
+
+
+def test_the_cluster_writes_the_task_rows_of_a_no_data_bundle(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "twx"
+    export_verl(load_spec(twx_spec_file(tmp_path)), out, data=False)
+    assert not (out / "train.parquet").exists()
+    assert verl_data.main([str(out)]) == 0  # what launch.sh runs when the rows are missing
+    train = pq.read_table(out / "train.parquet").to_pylist()
+    assert [r["extra_info"]["task_id"] for r in train] == [f"twx:twc:train:{i}" for i in range(4)]
+    assert len(pq.read_table(out / "val.parquet").to_pylist()) == 2
+
+
+def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp_path, monkeypatch):
+    spec = load_spec(twx_spec_file(tmp_path))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(PatsError, match="remove .* or choose another folder"):
+        export_verl(spec, mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+    def broken(spec, out):
+        (out / "train.parquet").write_text("half")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(verl_data, "write_task_data", broken)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for out in (tmp_path / "fresh", empty):
+        with pytest.raises(RuntimeError, match="disk full"):
+            export_verl(spec, out)
+        assert leftovers(tmp_path) == []
+    assert not (tmp_path / "fresh").exists()
+    assert empty.is_dir() and not any(empty.iterdir())  # the user's empty folder stays as it was
+
+    monkeypatch.undo()
+    done = export_verl(spec, empty)  # an empty folder is taken
+    assert done.launch == empty / "launch.sh" and (empty / "train.parquet").is_file()
