@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue
-from pats.types import Assessment, EvidenceCard, ScaffoldEntry
+from pats.types import Assessment, EvidenceCard, LLMUsage, ScaffoldEntry
 
 if TYPE_CHECKING:
     import dspy
@@ -266,6 +266,9 @@ class LLMCaller:
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         # Own threads: the loop's default executor has min(32, cpus + 4) workers and is shared.
         self._executor = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="pats-llm")
+
+    def usage(self) -> LLMUsage:
+        return LLMUsage(calls=self.calls, seconds=self.seconds, faults=sum(self.faults.values()))
 
     async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
         """`program(**inputs)`, retried on LLM faults; `parse` turns the prediction into the result and

@@ -15,6 +15,7 @@ from pats.types import (
     Assessment,
     Edit,
     EvidenceCard,
+    LLMUsage,
     Record,
     Rollout,
     RolloutGroup,
@@ -115,6 +116,10 @@ class Judge(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def usage(self) -> LLMUsage:
+        """LLM calls, latency, faults and budget cut-offs so far (zeros where it calls no LLM)."""
+        ...
+
 
 @runtime_checkable
 class Reviser(Protocol):
@@ -128,6 +133,10 @@ class Reviser(Protocol):
         entries: Sequence[ScaffoldEntry],
         feedback: Sequence[str] = (),  # validation errors of a refused first attempt
     ) -> list[Edit]: ...
+
+    def usage(self) -> LLMUsage:
+        """LLM calls, latency and faults so far (zeros where it calls no LLM)."""
+        ...
 
 
 @runtime_checkable

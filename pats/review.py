@@ -36,6 +36,7 @@ from pats.types import (
     Assessment,
     Edit,
     EvidenceCard,
+    LLMUsage,
     ReviewResult,
     RolloutGroup,
     ScaffoldView,
@@ -106,7 +107,6 @@ class RevisingScaffold(StaticScaffold):
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
         self.removal = spec.removes
-        self._faults_seen = 0  # LLM fault counters are cumulative; results report each step's share
         self.fallback_streak = 0  # steps in a row in which the rules reviser answered every task type
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
@@ -125,16 +125,16 @@ class RevisingScaffold(StaticScaffold):
         # One budget for the step's LLM work: the judge grades within it (an LLM judge drops its grades
         # past it, see LLMJudge.budget_s) and each reviser call gets what is left, then rules answer.
         deadline = time.monotonic() + self.spec.review_budget_s
-        over_before = getattr(self.judge, "over_budget", 0)
+        before = self._usage()
         cards = await asyncio.to_thread(self._cards, groups)  # tokenizer work, off the event loop
         entries = self.store.current.entries
         assessments = await self.judge.assess(step, groups, cards, entries)
-        over_budget = getattr(self.judge, "over_budget", 0) - over_before
         outcomes = await asyncio.gather(*(self._revise_type(step, a, cards, deadline) for a in assessments))
         edits: list[Edit] = []
         touched: set[str] = set()
         refused: list[str] = []
         fallback = False
+        over_budget = 0  # reviser calls this review cut off (the judge counts its own)
         for type_edits, type_refused, type_fallback, type_over in outcomes:
             over_budget += type_over
             for edit in type_edits:
@@ -153,6 +153,7 @@ class RevisingScaffold(StaticScaffold):
             self.fallback_streak = self.fallback_streak + 1 if replaced else 0
             if self.fallback_streak == FALLBACK_STREAK_WARNING:
                 _announce_streak(step, refused)
+        used = self._usage() - before
         return ReviewResult(
             step=step,
             cards=tuple(cards),
@@ -161,8 +162,10 @@ class RevisingScaffold(StaticScaffold):
             refused=tuple(refused),
             fallback=fallback,
             fallback_streak=self.fallback_streak,
-            llm_faults=self._new_faults(),
-            over_budget=over_budget,
+            llm_faults=used.faults,
+            llm_calls=used.calls,
+            llm_seconds=used.seconds,
+            over_budget=over_budget + used.over_budget,
             seconds=time.perf_counter() - start,
         )
 
@@ -223,10 +226,9 @@ class RevisingScaffold(StaticScaffold):
             ]
         return errors
 
-    def _new_faults(self) -> int:
-        total = _faults(self.reviser) + _faults(self.judge)
-        new, self._faults_seen = total - self._faults_seen, total
-        return new
+    def _usage(self) -> LLMUsage:
+        """The judge's and the reviser's LLM work so far (the fallback rules reviser calls none)."""
+        return self.judge.usage() + self.reviser.usage()
 
     def apply(self, result: ReviewResult, step: int):
         return self.store.apply(result.edits, step) if result.edits else None
@@ -248,7 +250,3 @@ def _announce_streak(step: int, refused: Sequence[str]) -> None:
         flush=True,
     )
 
-
-def _faults(component) -> int:
-    counter = getattr(component, "faults", None)
-    return sum(counter.values()) if counter else 0

@@ -295,6 +295,21 @@ class ScaffoldView(Record):
 EMPTY_VIEW = ScaffoldView(version="", text="")
 
 
+class LLMUsage(Record):
+    """A judge's or reviser's LLM work so far (all zeros for the statistics judge and the rules reviser)."""
+
+    calls: int = 0  # successful calls
+    seconds: float = 0.0  # their summed latency
+    faults: int = 0  # failed attempts (each retried or given up)
+    over_budget: int = 0  # times its work was cut off by the step's review budget
+
+    def __add__(self, other: LLMUsage) -> LLMUsage:
+        return LLMUsage(**{k: getattr(self, k) + getattr(other, k) for k in LLMUsage.model_fields})
+
+    def __sub__(self, other: LLMUsage) -> LLMUsage:
+        return LLMUsage(**{k: getattr(self, k) - getattr(other, k) for k in LLMUsage.model_fields})
+
+
 class ReviewResult(Record):
     """Everything one review produced, for the event log and the store."""
 
@@ -306,5 +321,7 @@ class ReviewResult(Record):
     fallback: bool = False  # the LLM reviser failed and the rules reviser answered
     fallback_streak: int = 0  # steps in a row, this one included, where rules answered every task type
     llm_faults: int = 0
+    llm_calls: int = 0  # successful judge and reviser LLM calls of this review
+    llm_seconds: float = 0.0  # their summed latency
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0

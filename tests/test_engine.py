@@ -111,6 +111,9 @@ class SlowReviser:
         await asyncio.sleep(self.delay)
         return await self.inner.revise(*args, **kwargs)
 
+    def usage(self):
+        return self.inner.usage()
+
 
 def test_review_overlaps_the_update(tmp_path, count_tokens):
     spec = make_spec()
@@ -123,7 +126,7 @@ def test_review_overlaps_the_update(tmp_path, count_tokens):
     for end in read_events(tmp_path / "events.jsonl", "step_end"):
         m = end["metrics"]
         assert m["time/update_s"] >= 0.5 and m["time/review_s"] >= 0.5
-        assert m["time/review_overlap_s"] >= 0.4, m
+        assert 0.4 <= m["time/review_overlap_s"] <= m["time/review_s"], m
         # Serial would take >= 1.0 s; overlapped, the step takes about the longer of the two.
         assert m["time/step_s"] < 0.9, m
 

@@ -96,3 +96,18 @@ def test_a_reviser_endpoint_that_refuses_connections_costs_no_step(tmp_path, cou
     assert [e["step"] for e in ends] == [0, 1, 2]
     assert scaffold.reviser.faults["connection"] >= 3
     assert all(e["metrics"]["review/fallback"] == 1.0 for e in ends)
+
+
+def test_llm_calls_and_their_latency_reach_the_step_metrics(tmp_path, count_tokens, monkeypatch):
+    monkeypatch.setenv("PATS_TEST_KEY", "sk-test")
+    with ScriptedOpenAIServer([{"delay": 0.2, "text": WIRE_INVALID}] * 60) as server:
+        train_three_steps(spec_for(server.base_url), tmp_path, count_tokens)
+        requests = len(server.requests)
+    ends = [e["metrics"] for e in read_events(tmp_path / "events.jsonl", "step_end")]
+    calls = sum(m["review/llm_calls"] for m in ends)
+    assert calls == requests >= 3, "every answered request is one call (none failed here)"
+    assert all(m["review/llm_faults"] == 0 for m in ends)
+    for m in ends:
+        if m["review/llm_calls"]:
+            assert m["review/llm_seconds_per_call"] >= 0.2 and m["review/llm_seconds"] >= 0.2 * m["review/llm_calls"]
+            assert m["time/review_overlap_s"] <= m["time/review_s"] + 1e-9

@@ -56,7 +56,7 @@ class Engine:
             stats = await self.backend.update(trained)
             await self._check_update(step, stats, review)
             t2 = time.perf_counter()
-            result, review_s, review_end = await review
+            result, review_start, review_end = await review
             result, version, store_refused = self._apply(result, step)
             t3 = time.perf_counter()
             metrics = {
@@ -67,8 +67,9 @@ class Engine:
                 **scaffold_metrics(self.scaffold.store.current if self.scaffold.store else None),
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
-                "time/review_s": review_s,
-                "time/review_overlap_s": max(0.0, min(review_end, t2) - t1),
+                "time/review_s": review_end - review_start,
+                # The part of the review that ran while the update did (the update ends at t2).
+                "time/review_overlap_s": max(0.0, min(review_end, t2) - max(review_start, t1)),
                 "time/step_s": t3 - t0,
                 "train/env_fault_groups_dropped": float(len(groups) - len(trained)),
             }
@@ -109,10 +110,10 @@ class Engine:
             return result.model_copy(update={"edits": (), "refused": (*result.refused, note)}), None, 1.0
 
     async def _timed(self, review):
+        """(result, start, end): the review's own start, when the task first runs, not when it was made."""
         start = time.perf_counter()
         result = await review
-        end = time.perf_counter()
-        return result, end - start, end
+        return result, start, time.perf_counter()
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Held-out tasks without the scaffold (deployment), and with it for the reliance gap."""

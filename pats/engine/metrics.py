@@ -66,6 +66,10 @@ def review_metrics(result: ReviewResult) -> dict[str, float]:
     out["review/fallback"] = float(result.fallback)
     out["review/fallback_streak"] = float(result.fallback_streak)
     out["review/llm_faults"] = float(result.llm_faults)
+    out["review/llm_calls"] = float(result.llm_calls)
+    out["review/llm_seconds"] = result.llm_seconds
+    if result.llm_calls:
+        out["review/llm_seconds_per_call"] = result.llm_seconds / result.llm_calls
     out["review/over_budget"] = float(result.over_budget)
     out["review/cards"] = float(len(result.cards))
     return out

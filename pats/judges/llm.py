@@ -29,7 +29,7 @@ from pats.lm import LLMCaller, prompt_file, read_prompt_file, render_assessment,
 from pats.protocols import Judge
 from pats.reviser.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget
-from pats.types import Assessment, EvidenceCard, RolloutGroup, ScaffoldEntry, Verdict
+from pats.types import Assessment, EvidenceCard, LLMUsage, RolloutGroup, ScaffoldEntry, Verdict
 
 GradeLabel = Literal["helpful", "redundant", "harmful", "stale"]
 GRADE_LABELS: tuple[str, ...] = GradeLabel.__args__  # type: ignore[attr-defined]
@@ -175,6 +175,9 @@ class LLMJudge:
     @property
     def faults(self):
         return self.caller.faults
+
+    def usage(self) -> LLMUsage:
+        return self.caller.usage() + LLMUsage(over_budget=self.over_budget)
 
     async def assess(
         self,

@@ -21,7 +21,15 @@ from typing import Any
 
 from pats.reviser.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget, StatsJudgeSpec
-from pats.types import Assessment, EvidenceCard, ReviewMode, RolloutGroup, ScaffoldEntry, UtilityData
+from pats.types import (
+    Assessment,
+    EvidenceCard,
+    LLMUsage,
+    ReviewMode,
+    RolloutGroup,
+    ScaffoldEntry,
+    UtilityData,
+)
 
 
 def update_ema(prev: float | None, x: float, alpha: float) -> float:
@@ -65,6 +73,9 @@ class StatsJudge:
         self.revise_threshold = spec.revise_threshold
         self.budget = budget
         self.ema: dict[str, float] = {}
+
+    def usage(self) -> LLMUsage:
+        return LLMUsage()
 
     async def assess(
         self,

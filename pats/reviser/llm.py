@@ -32,7 +32,7 @@ from pats.lm import (
     render_entries,
 )
 from pats.spec.models import LLMReviserSpec
-from pats.types import Assessment, Edit, EvidenceCard, ReviewMode, ScaffoldEntry, Verdict
+from pats.types import Assessment, Edit, EvidenceCard, LLMUsage, ReviewMode, ScaffoldEntry, Verdict
 
 EDIT_LIST = TypeAdapter(list[Edit])
 
@@ -136,6 +136,9 @@ class LLMReviser:
     @property
     def faults(self):
         return self.caller.faults
+
+    def usage(self) -> LLMUsage:
+        return self.caller.usage()
 
     async def revise(
         self,

@@ -48,6 +48,7 @@ from pats.types import (
     EvidenceCard,
     ExpertData,
     FailureData,
+    LLMUsage,
     OutcomeData,
     Record,
     ReviewMode,
@@ -89,6 +90,9 @@ class RulesReviser:
         self.min_citations = min_citations
         self.mode_of_scaffold = mode_of_scaffold
         self.budget = budget
+
+    def usage(self) -> LLMUsage:
+        return LLMUsage()
 
     async def revise(
         self,
