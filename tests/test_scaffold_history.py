@@ -58,6 +58,17 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     assert main(["scaffold", str(tmp_path), "--version", "999"]) == 1
     assert f"known numbers are 0..{last['number']}" in capsys.readouterr().err
 
+    # --at STEP: the version the step's rollouts were pinned to, as the event log says.
+    groups = {e["step"]: e["groups"] for e in read_events(tmp_path / "events.jsonl", "groups")}
+    step = next(s for s in sorted(groups) if s > 0 and groups[s][0]["version"] != groups[0][0]["version"])
+    pinned = next(json.loads(p.read_text()) for p in versions if json.loads(p.read_text())["hash"] == groups[step][0]["version"])
+    assert main(["scaffold", str(tmp_path), "--at", str(step)]) == 0
+    at = capsys.readouterr().out
+    assert at.startswith(f"at step {step}: version ") and f"hash {pinned['hash']}" in at
+    assert all(e["text"] in at for e in pinned["entries"])
+    assert main(["scaffold", str(tmp_path), "--at", "500"]) == 1
+    assert "no rollouts of step 500" in capsys.readouterr().err
+
     assert main(["report", str(tmp_path)]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "## Scaffold history" in summary and added[0].strip() in summary

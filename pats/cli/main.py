@@ -142,13 +142,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scaffold(args: argparse.Namespace) -> int:
-    from pats.scaffold.history import format_diff, format_history, format_version, open_store
+    from pats.scaffold.history import format_diff, format_history, format_version, open_store, version_at
 
     store = open_store(Path(args.run_dir))  # store.version(n) says which numbers exist
     if args.diff:
         print(format_diff(*(store.version(n) for n in args.diff)))
     elif args.version is not None:
         print(format_version(store.version(args.version)))
+    elif args.at is not None:
+        print(f"at step {args.at}: " + format_version(version_at(Path(args.run_dir), store, args.at)))
     else:
         print(format_history(store.versions()))
     return 0
@@ -254,11 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="show how a run's guidance evolved, version by version",
         description="Read RUN_DIR/scaffold/versions/ and print, for each version, the entries it added (+), "
         "rewrote (~, with the old text) and removed (-), with the cards each cites; --version N prints every "
-        "entry of version N, --diff A B what changed from A to B. `pats report` puts the history in summary.md.",
+        "entry of version N, --at STEP the version the policy saw at that training step, --diff A B what "
+        "changed from A to B. `pats report` puts the history in summary.md.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--version", type=int, metavar="N", help="print version N in full instead")
+    which.add_argument("--at", type=int, metavar="STEP", help="print the version the rollouts of STEP saw")
     which.add_argument("--diff", type=int, nargs=2, metavar=("A", "B"), help="what changed from version A to B")
     p.set_defaults(func=cmd_scaffold)
 

@@ -73,6 +73,21 @@ def format_diff(before: ScaffoldVersion, after: ScaffoldVersion) -> str:
     return "\n".join(format_change(diff(before, after), title))
 
 
+def version_at(run_dir: Path, store: ScaffoldStore, step: int) -> ScaffoldVersion:
+    """The version the policy's scaffolded rollouts saw at `step`, as the event log recorded it."""
+    from pats.logging.events import read_events
+
+    log = Path(run_dir) / "events.jsonl"
+    steps = {e["step"]: e["groups"] for e in read_events(log, "groups")} if log.is_file() else {}
+    if step not in steps:
+        known = f"{min(steps)}..{max(steps)}" if steps else "none yet"
+        raise PatsError(f"{run_dir} has no rollouts of step {step} in events.jsonl (steps logged: {known})")
+    hashes = {g["version"] for g in steps[step]}
+    if hashes == {""}:
+        raise PatsError(f"step {step} ran without a scaffold (scaffold.mode none)")
+    return store.version(max(hashes - {""}))  # one pinned version per step
+
+
 def format_version(version: ScaffoldVersion) -> str:
     head = f"version {version.number} (after step {version.step}), hash {version.hash}"
     return "\n".join([head, *(_line("*", e) for e in version.entries)])
