@@ -30,8 +30,9 @@ import torch
 from common import RESULTS, write_result
 
 from pats.backends.local import scoring
-from pats.backends.local.backend import Episode, LocalBackend
+from pats.backends.local.backend import LocalBackend
 from pats.engine.run import make_env_factory
+from pats.episode import Episode
 from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
@@ -79,7 +80,7 @@ def prompt_pass(backend: LocalBackend, tasks) -> dict:
     async def first_turns():
         out = []
         for task in tasks:
-            ep = Episode("b", task, EMPTY_VIEW, env, state=await env.reset(task))
+            ep = Episode("b", task, EMPTY_VIEW, state=await env.reset(task))
             actions = list(ep.state.admissible)
             out.append((policy.chat_split(*backend._prompt_parts(ep, actions)), actions))
         await env.close()

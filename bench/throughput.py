@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 from common import RESULTS, write_result
 
-from pats.backends.local.backend import Episode, LocalBackend
+from pats.backends.local.backend import LocalBackend
 from pats.engine.run import make_env_factory
+from pats.episode import Episode
 from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
@@ -45,7 +46,7 @@ def first_prompts(backend: LocalBackend, make_env, n: int):
         out = []
         for task in env.tasks("train")[:n]:
             state = await env.reset(task)
-            ep = Episode("b", task, EMPTY_VIEW, env, state=state)
+            ep = Episode("b", task, EMPTY_VIEW, state=state)
             out.append((backend._prompt_ids(ep, list(state.admissible)), list(state.admissible)))
         await env.close()
         return out

@@ -109,8 +109,8 @@ def test_deployment_prompt_has_no_scaffold(run):
 def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):
     from types import SimpleNamespace
 
-    from pats.backends.local.backend import Episode
     from pats.envs.prompting import instructions, render_prompt
+    from pats.episode import Episode
     from pats.models import load_tokenizer
     from pats.protocols import StepResult
     from pats.types import EMPTY_VIEW, ScaffoldView, Task
@@ -138,11 +138,11 @@ def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):
         list(state.admissible),
         spec.environment.history_window,
     )
-    bare = Episode("e", task, EMPTY_VIEW, env=None, state=state, history=history)
+    bare = Episode("e", task, EMPTY_VIEW, state=state, history=history)
     assert backend._prompt_ids(bare, list(state.admissible)) == chat(plain.system, plain.user)
     view = ScaffoldView(version="v1", text="Guidance: take apple first.", tokens=7)
     guided = backend._prompt_ids(
-        Episode("e", task, view, env=None, state=state, history=history), list(state.admissible)
+        Episode("e", task, view, state=state, history=history), list(state.admissible)
     )
     assert guided != chat(plain.system, plain.user) and "Guidance: take apple first." in guided
 

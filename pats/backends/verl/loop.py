@@ -4,10 +4,10 @@
 episode, reports the trajectory back, and returns an `AgentLoopOutput`; `PatsValidationLoop`
 (validation rows) plays the bare prompt and never contacts the service.
 
-An episode mirrors the local backend's (pats.backends.local.backend): the same instructions, prompt
-rendering, scaffold placement (`with_scaffold` on the system part), action parsing (`parse_action`,
-or the whole output for environments with `parses_output`), per-turn `policy.max_new_tokens`, episode
-reward = sum of step rewards, success = the environment's `won`. Departure: the local backend builds a
+An episode is the local backend's (`pats.episode.Episode`: action parsing, environment faults, turns,
+reward = sum of step rewards, success = the environment's `won`), with the same instructions, prompt
+rendering, scaffold placement (`with_scaffold` on the system part) and per-turn
+`policy.max_new_tokens`. Departure: the local backend builds a
 fresh prompt per turn with a history window; here the episode is one growing chat (system: rules,
 task and scaffold; then user = observation and admissible actions, assistant = the policy's output,
 per turn) because verl trains on one token sequence per episode. Tokens are built incrementally
@@ -35,12 +35,13 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from pats.backends.verl.data import task_of
 from pats.backends.verl.service import connect
-from pats.envs.prompting import instructions, parse_action, render_prompt
-from pats.errors import EnvironmentFault, PrerequisiteError
-from pats.protocols import Env, StepResult
+from pats.envs.prompting import instructions, render_prompt
+from pats.episode import Episode, read_output
+from pats.errors import PrerequisiteError
+from pats.protocols import Env
 from pats.scaffold import with_scaffold
 from pats.spec.models import ExperimentSpec
-from pats.types import Rollout, ScaffoldView, Task, Turn
+from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
 
 class _OffLoopEnv:
@@ -86,18 +87,6 @@ def _settings(spec_path: str) -> _Settings:
     return _Settings(spec, lambda: make(spec.environment), instructions(spec.environment.kind, "generate"))
 
 
-@dataclass
-class _Episode:
-    view_text: str = ""
-    version: str = ""
-    scaffolded: bool = False
-    turns: list[Turn] = field(default_factory=list)
-    reward: float = 0.0
-    won: bool = False
-    done: bool = False
-    error: str = ""
-
-
 class PatsAgentLoop(AgentLoopBase):
     """Training rows: the group's pinned scaffold view, the environment's reward."""
 
@@ -118,7 +107,7 @@ class PatsAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         task = task_of(kwargs["extra_info"])
         uid = str(kwargs["uid"])
-        episode = _Episode()
+        view, scaffolded = EMPTY_VIEW, False
         if self.uses_scaffold:
             if "global_steps" not in kwargs:
                 raise PrerequisiteError(
@@ -128,27 +117,15 @@ class PatsAgentLoop(AgentLoopBase):
             pinned = await connect(self.spec_path, self.run_dir).pin(
                 uid, task.model_dump_json(), int(kwargs["global_steps"])
             )
-            episode.view_text, episode.version, episode.scaffolded = (
-                pinned["text"],
-                pinned["version"],
-                pinned["scaffolded"],
-            )
+            view = ScaffoldView(version=pinned["version"], text=pinned["text"])
+            scaffolded = bool(pinned["scaffolded"])
+        episode = Episode(f"{uid}-{uuid4().hex[:8]}", task, view)
         env = await self.settings.acquire()
         try:
             prompt_ids, ids, mask, logprobs, messages = await self._play(env, task, episode, sampling_params)
         finally:
             self.settings.release(env)
-        rollout = Rollout(
-            id=f"{uid}-{uuid4().hex[:8]}",
-            task_id=task.id,
-            scaffolded=episode.scaffolded,
-            scaffold_version=episode.version,
-            turns=tuple(episode.turns),
-            reward=episode.reward,
-            success=episode.won,
-            truncated=not episode.done,
-            error=episode.error,
-        )
+        rollout = episode.record(scaffolded)
         if self.uses_scaffold:
             await connect(self.spec_path, self.run_dir).report(uid, rollout.model_dump_json())
         n = self.response_length
@@ -161,8 +138,8 @@ class PatsAgentLoop(AgentLoopBase):
             num_turns=len(messages),
             metrics=AgentLoopMetrics(),
             extra_fields={
-                "scaffold_version": episode.version,
-                "scaffolded": episode.scaffolded,
+                "scaffold_version": view.version,
+                "scaffolded": scaffolded,
                 "task_id": task.id,
                 "task_type": task.type,
                 # Same keys on every row (verl stacks them by the first row's keys).
@@ -178,13 +155,11 @@ class PatsAgentLoop(AgentLoopBase):
             },
         )
 
-    async def _play(self, env: _OffLoopEnv, task: Task, ep: _Episode, sampling_params: dict[str, Any]):
+    async def _play(self, env: _OffLoopEnv, task: Task, ep: Episode, sampling_params: dict[str, Any]):
         """(prompt ids, all ids, response mask, response logprobs, messages) of one episode."""
         spec = self.settings.spec
-        try:
-            state: StepResult = await env.call("reset", task)
-        except EnvironmentFault as err:
-            state, ep.done, ep.error = StepResult(observation=""), True, f"reset failed: {err}"
+        await ep.reset(lambda t: env.call("reset", t))
+        state = ep.state
         admissible = None if env.parses_output else (list(state.admissible) or None)
         parts = render_prompt(
             self.settings.instructions, state.task_description, (), state.observation, admissible, 0
@@ -192,7 +167,7 @@ class PatsAgentLoop(AgentLoopBase):
         messages = [
             {
                 "role": "system",
-                "content": with_scaffold(parts.system, ScaffoldView(version=ep.version, text=ep.view_text)),
+                "content": with_scaffold(parts.system, ep.view),
             },
             {"role": "user", "content": parts.user},
         ]
@@ -221,7 +196,10 @@ class PatsAgentLoop(AgentLoopBase):
                 ids, mask = ids + [eos], mask + [0]
                 logprobs = logprobs + [0.0] if logprobs else logprobs
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-            state = await self._step(env, ep, state, text, len(ids) - len(out.token_ids), len(out.token_ids))
+            admissible = None if env.parses_output else (list(ep.state.admissible) or None)
+            tokens = {"prompt_tokens": len(ids) - len(out.token_ids), "response_tokens": len(out.token_ids)}
+            await ep.step(read_output(text, admissible, env.parses_output, **tokens), lambda a: env.call("step", a))
+            state = ep.state
             messages.append({"role": "assistant", "content": text})
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
                 break
@@ -237,49 +215,6 @@ class PatsAgentLoop(AgentLoopBase):
                 break
             ids, mask, logprobs = merged.token_ids, new_mask, new_logprobs or []
         return prompt_ids, ids, mask, logprobs, messages
-
-    async def _step(
-        self,
-        env: _OffLoopEnv,
-        ep: _Episode,
-        state: StepResult,
-        text: str,
-        prompt_tokens: int,
-        response_tokens: int,
-    ) -> StepResult:
-        """Act on the environment as the local backend does; returns the new state."""
-        if env.parses_output:  # free-text actions: the environment reads the whole output
-            action, valid, reason = text.strip(), True, ""
-        else:
-            action, valid, reason = parse_action(text, list(state.admissible) or None)
-        if valid:
-            try:
-                result = await env.call("step", action)
-            except EnvironmentFault as err:
-                ep.done, ep.error = True, f"environment died: {err}"
-                result = StepResult(observation=state.observation, valid=False, invalid_reason=str(err))
-        else:
-            result = StepResult(
-                observation=state.observation, admissible=state.admissible, valid=False, invalid_reason=reason
-            )
-        ep.turns.append(
-            Turn(
-                observation=state.observation,
-                action=action,
-                output=text,
-                valid=result.valid,
-                invalid_reason=result.invalid_reason,
-                reward=result.reward,
-                prompt_tokens=prompt_tokens,
-                response_tokens=response_tokens,
-            )
-        )
-        ep.reward += result.reward
-        ep.won = ep.won or result.won
-        ep.done = ep.done or result.done
-        if not result.admissible:  # an env may leave them out of an invalid or final step
-            result = result.model_copy(update={"admissible": state.admissible})
-        return result
 
 
 class PatsValidationLoop(PatsAgentLoop):
