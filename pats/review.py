@@ -14,6 +14,10 @@ had to replace for every task type FALLBACK_STREAK_WARNING steps in a row is ann
 without it should not pass unnoticed. Each type's set is
 checked with the scaffold's one edit validator (`pats.scaffold.validate.validate_edits`), whose rules
 include every rule of `ScaffoldStore.apply`, so nothing the store would refuse leaves the review.
+
+`commit` ends a step's scaffold side the same way for both trainers (the local engine and verl's
+scaffold service): the review's edits become the next version, or, should the store refuse them, the
+scaffold stays as it was and the refusal is logged; the step's review and scaffold metrics come with it.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pats.cards import build_cards
+from pats.engine.metrics import review_metrics, scaffold_metrics
 from pats.errors import JudgeError
 from pats.protocols import GroupPlan, Judge, Reviser, TokenCounter
-from pats.scaffold import ScaffoldStore
+from pats.scaffold import EditError, ScaffoldStore
 from pats.scaffold.validate import validate_edits
 from pats.spec.models import ScaffoldSpec
 from pats.types import (
@@ -39,6 +45,7 @@ from pats.types import (
     LLMUsage,
     ReviewResult,
     RolloutGroup,
+    ScaffoldVersion,
     ScaffoldView,
     Task,
 )
@@ -46,6 +53,16 @@ from pats.types import (
 # Steps in a row in which the rules reviser answered every task type before the run says so: one such
 # step can be one bad answer or a slow server, three in a row is a reviser that is not working.
 FALLBACK_STREAK_WARNING = 3
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A step's scaffold side, finished: the review as applied, the new version (None when nothing
+    changed), and the step's review and scaffold metrics."""
+
+    result: ReviewResult
+    version: ScaffoldVersion | None
+    metrics: dict[str, float]
 
 
 def _empty_result(step: int) -> ReviewResult:
@@ -65,8 +82,27 @@ class NoScaffold:
     async def review(self, step: int, groups: Sequence[RolloutGroup]) -> ReviewResult:
         return _empty_result(step)
 
-    def apply(self, result: ReviewResult, step: int) -> None:
+    def apply(self, result: ReviewResult, step: int) -> ScaffoldVersion | None:
         return None
+
+    def commit(self, result: ReviewResult, step: int) -> Committed:
+        """The review's edits as the next version. A set the store refuses (the review checks the same
+        rules first, so this is a bug, not a bad answer) is dropped and logged as refused
+        (`review/store_refused`), and training goes on with the current version."""
+        try:
+            version, refused = self.apply(result, step), 0.0
+        except EditError as err:
+            note = "the store refused the step's edit set, the scaffold stays as it was: " + "; ".join(
+                err.problems
+            )
+            result = result.model_copy(update={"edits": (), "refused": (*result.refused, note)})
+            version, refused = None, 1.0
+        metrics = {
+            **review_metrics(result),
+            "review/store_refused": refused,
+            **scaffold_metrics(self.store.current if self.store else None),
+        }
+        return Committed(result, version, metrics)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps beside the store's versions (the judge's state, where there is one)."""

@@ -107,8 +107,8 @@ class PassEverything:
         bad = AddEdit(kind="plan", scope="general", text="One plan for every task.", cites=())
         return result.model_copy(update={"edits": (*result.edits, bad)})
 
-    def apply(self, result: ReviewResult, step: int):
-        return self.inner.apply(result, step)
+    def commit(self, result: ReviewResult, step: int):
+        return self.inner.commit(result, step)  # the store refuses; the step ends as any other
 
 
 def test_the_engine_keeps_training_when_the_store_refuses_a_set(tmp_path, count_tokens):

@@ -1,8 +1,9 @@
 """The training loop of DESIGN.md, one screen: rollout -> (review || update) -> apply -> log.
 
 The review of step t runs concurrently with the policy update of step t (both on the same groups);
-its edits are applied before step t+1 pins its views; a set the store refuses is logged as refused
-(`review/store_refused`) and training goes on with the current scaffold version. Components are built
+its edits are committed (`scaffold.commit`, the same step end as verl's scaffold service) before step
+t+1 pins its views; a set the store refuses is logged as refused (`review/store_refused`) and training
+goes on with the current scaffold version. Components are built
 from the spec before the loop starts (pats.engine.build), so nothing here branches on a mode.
 """
 
@@ -13,15 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pats.engine.metrics import group_metrics, review_metrics, rollout_metrics, scaffold_metrics
+from pats.engine.metrics import group_metrics, rollout_metrics
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
 from pats.logging.events import EventLog, write_review
 from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import NoScaffold
-from pats.scaffold import EditError
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, ReviewResult, ScaffoldVersion, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
 
 @dataclass
@@ -57,14 +57,12 @@ class Engine:
             await self._check_update(step, stats, review)
             t2 = time.perf_counter()
             result, review_start, review_end = await review
-            result, version, store_refused = self._apply(result, step)
+            committed = self.scaffold.commit(result, step)
             t3 = time.perf_counter()
             metrics = {
                 **group_metrics(groups),
                 **stats,
-                **review_metrics(result),
-                "review/store_refused": store_refused,
-                **scaffold_metrics(self.scaffold.store.current if self.scaffold.store else None),
+                **committed.metrics,
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
                 "time/review_s": review_end - review_start,
@@ -73,7 +71,7 @@ class Engine:
                 "time/step_s": t3 - t0,
                 "train/env_fault_groups_dropped": float(len(groups) - len(trained)),
             }
-            self._log(step, groups, result, version, metrics)
+            self._log(step, groups, committed.result, committed.version, metrics)
             if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
                 await self.evaluate(step)
             self.events.end_step(step, metrics=metrics)
@@ -96,18 +94,6 @@ class Engine:
                 "trainer.lr or trainer.max_grad_norm, trainer.autocast_bf16=false, or check the "
                 "rewards for NaN; then `pats run --resume` the run directory"
             )
-
-    def _apply(self, result: ReviewResult, step: int) -> tuple[ReviewResult, ScaffoldVersion | None, float]:
-        """The review's edits as the next version. A set the store refuses (the review checks the same
-        rules first, so this is a bug, not a bad answer) is dropped and logged as refused, and training
-        goes on with the current version: a review never stops the run."""
-        try:
-            return result, self.scaffold.apply(result, step), 0.0
-        except EditError as err:
-            note = "the store refused the step's edit set, the scaffold stays as it was: " + "; ".join(
-                err.problems
-            )
-            return result.model_copy(update={"edits": (), "refused": (*result.refused, note)}), None, 1.0
 
     async def _timed(self, review):
         """(result, start, end): the review's own start, when the task first runs, not when it was made."""

@@ -141,7 +141,7 @@ class ScaffoldService:
         self.reviews[step] = asyncio.create_task(self._review(step, list(taken.values())))
 
     async def _review(self, step: int, taken: list[_Group]) -> None:
-        from pats.engine.metrics import group_metrics, review_metrics, scaffold_metrics
+        from pats.engine.metrics import group_metrics, scaffold_metrics
         from pats.logging.events import write_review
 
         groups = [
@@ -150,18 +150,15 @@ class ScaffoldService:
             if g.rollouts
         ]
         try:
-            result = await self.scaffold.review(step, groups)
-            version = self.scaffold.apply(result, step)
+            committed = self.scaffold.commit(await self.scaffold.review(step, groups), step)
+            result, version, metrics = committed.result, committed.version, committed.metrics
         except Exception as err:  # a failed review keeps the scaffold; training goes on
             logger.exception("pats scaffold review of step %d failed", step)
             self.events.write(step, "review_failed", error=f"{type(err).__name__}: {err}")
-            result, version = None, None
+            store = self.scaffold.store
+            result, version, metrics = None, None, scaffold_metrics(store.current if store else None)
         write_review(self.events, step, groups, result, version)
-        metrics = group_metrics(groups)
-        if result is not None:
-            metrics.update(review_metrics(result))
-        store = self.scaffold.store
-        metrics.update(scaffold_metrics(store.current if store else None))
+        metrics = {**group_metrics(groups), **metrics}
         if self.scaffold.store is not None:
             from pats.fileio import write_atomic
 
