@@ -95,7 +95,7 @@ class ReplayBackend:
 
 async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     from pats.backends.local.backend import LocalBackend
-    from pats.engine.build import build_scaffold_policy
+    from pats.build import build_scaffold_policy
     from pats.engine.loop import Engine
     from pats.engine.run import make_env_factory
     from pats.engine.sampler import TaskSampler

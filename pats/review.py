@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pats.cards import build_cards
-from pats.engine.metrics import review_metrics, scaffold_metrics
 from pats.errors import JudgeError
+from pats.metrics import review_metrics, scaffold_metrics
 from pats.protocols import GroupPlan, Judge, Reviser, TokenCounter
 from pats.scaffold import EditError, ScaffoldStore
 from pats.scaffold.validate import validate_edits

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pats.engine.build import build_scaffold_policy
+from pats.build import build_scaffold_policy
 from pats.engine.sampler import TaskSampler
 from pats.logging.events import EventLog, read_events
 from pats.review import NoScaffold

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from pats.build import build_scaffold_policy
 from pats.engine import run as run_module
-from pats.engine.build import build_scaffold_policy
 from pats.engine.loop import Engine, trainable
 from pats.engine.run import new_run, resume, train
 from pats.errors import RunInterrupted, TrainingError

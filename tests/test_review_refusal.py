@@ -13,9 +13,9 @@ import asyncio
 import json
 import re
 
+from pats.build import build_scaffold_policy
 from pats.cli.main import main
 from pats.engine import run as run_module
-from pats.engine.build import build_scaffold_policy
 from pats.logging.events import read_events
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
 from pats.testing.engine import fake_engine

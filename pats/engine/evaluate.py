@@ -6,10 +6,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from pats.engine.metrics import rollout_metrics
 from pats.engine.run import load_run, make_backend, make_env_factory
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
+from pats.metrics import rollout_metrics
 from pats.types import EMPTY_VIEW
 
 

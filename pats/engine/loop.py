@@ -4,7 +4,7 @@ The review of step t runs concurrently with the policy update of step t (both on
 its edits are committed (`scaffold.commit`, the same step end as verl's scaffold service) before step
 t+1 pins its views; a set the store refuses is logged as refused (`review/store_refused`) and training
 goes on with the current scaffold version. Components are built
-from the spec before the loop starts (pats.engine.build), so nothing here branches on a mode.
+from the spec before the loop starts (pats.build), so nothing here branches on a mode.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pats.engine.metrics import group_metrics, rollout_metrics
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
 from pats.logging.events import EventLog, write_review
+from pats.metrics import group_metrics, rollout_metrics
 from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import NoScaffold
 from pats.spec.models import ExperimentSpec

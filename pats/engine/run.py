@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pats.engine.build import build_scaffold_policy
+from pats.build import build_scaffold_policy
 from pats.engine.loop import Engine
 from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pats.engine.build import build_scaffold_policy
+from pats.build import build_scaffold_policy
 from pats.engine.loop import Engine
 from pats.engine.sampler import TaskSampler
 from pats.logging.events import EventLog

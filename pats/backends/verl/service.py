@@ -57,7 +57,7 @@ class ScaffoldService:
 
     def __init__(self, spec_path: str, run_dir: str):
         import pats.envs  # noqa: F401  (registers the built-in environments)
-        from pats.engine.build import build_scaffold_policy
+        from pats.build import build_scaffold_policy
         from pats.logging.events import EventLog
         from pats.models import token_counter
         from pats.registry import ENVIRONMENTS
@@ -141,8 +141,8 @@ class ScaffoldService:
         self.reviews[step] = asyncio.create_task(self._review(step, list(taken.values())))
 
     async def _review(self, step: int, taken: list[_Group]) -> None:
-        from pats.engine.metrics import group_metrics, scaffold_metrics
         from pats.logging.events import write_review
+        from pats.metrics import group_metrics, scaffold_metrics
 
         groups = [
             RolloutGroup(step=step, task=g.task, scaffold_version=g.view.version, rollouts=tuple(g.rollouts))
