@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -42,9 +43,28 @@ from torch import Tensor
 from pats.backends.local import grpo
 from pats.backends.local.scoring import supports_batching
 from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups
+from pats.spec.models import LocalTrainerSpec, PolicySpec
 
-if TYPE_CHECKING:
-    from pats.backends.local.policy import LocalPolicy
+
+class Updatable(Protocol):
+    """What an update needs of the policy (pats.backends.local.policy.LocalPolicy, which calls
+    `run_update` with itself); a Protocol so this module does not import the policy's."""
+
+    spec: PolicySpec
+    trainer: LocalTrainerSpec
+    device: torch.device
+    pad_id: int
+    model: torch.nn.Module
+    params: list[Tensor]
+    optimizer: torch.optim.Optimizer
+
+    def autocast_context(self) -> AbstractContextManager: ...
+
+    def candidate_scores(
+        self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None
+    ) -> Tensor: ...
+
+    def reference_model(self) -> AbstractContextManager[torch.nn.Module]: ...
 
 
 @dataclass(frozen=True)
@@ -144,7 +164,7 @@ def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
 
 
 def _unit_logprobs(
-    policy: LocalPolicy, model, unit: Sequence[Item], shared: SharedPrefix
+    policy: Updatable, model, unit: Sequence[Item], shared: SharedPrefix
 ) -> tuple[Tensor, Tensor]:
     """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences,
     (B, 1) for choices (each one's log-probability under the softmax over its candidates), their
@@ -200,7 +220,7 @@ def _unit_loss(
     return loss + trainer.kl_coef * kl, clip_stats, kl.item()
 
 
-def _all_logprobs(policy: LocalPolicy, model, groups: Sequence[Group]) -> list[Tensor]:
+def _all_logprobs(policy: Updatable, model, groups: Sequence[Group]) -> list[Tensor]:
     """Every unit's log-probs under `model`, in order; call without gradients."""
     out = []
     for group in groups:
@@ -209,7 +229,7 @@ def _all_logprobs(policy: LocalPolicy, model, groups: Sequence[Group]) -> list[T
     return out
 
 
-def run_update(policy: LocalPolicy, batch: Sequence[Item]) -> dict[str, float]:
+def run_update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
     """`epochs` passes over the batch, one optimizer step each, gradients accumulated over units.
 
     Returns loss, clip_frac, approx_kl (old vs new), ratio_mean, kl (to the reference), grad_norm
