@@ -1,4 +1,4 @@
-"""Build the scaffold policy from a spec, once: the mode picks a class, the kinds pick judge and reviser.
+"""Build the scaffold policy from a spec, once: the mode picks its parts, the kinds pick judge and reviser.
 
 This is the one place that reads `scaffold.mode`, `judge.kind` and `reviser.kind`; the engine loop
 only calls the objects built here.
@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pats.protocols import TokenCounter
-from pats.review import NoScaffold, RevisingScaffold, StaticScaffold
+from pats.review import Reviewer, ScaffoldPolicy
 from pats.scaffold import ScaffoldStore, load_bank
 from pats.spec.models import ExperimentSpec
 from pats.types import Task
@@ -50,11 +50,11 @@ def build_scaffold_policy(
     expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
     task_types: Sequence[str] | None = None,
     upto_version: int | None = None,
-) -> NoScaffold:
+) -> ScaffoldPolicy:
     """`task_types`: the environment's type names, so a bank's type-scoped skills land on them."""
     sc = spec.scaffold
     if sc.mode == "none":
-        return NoScaffold()
+        return ScaffoldPolicy("none")
     store = (
         ScaffoldStore.open(directory, count_tokens, sc.budget.view_tokens, upto=upto_version)
         if directory
@@ -63,9 +63,9 @@ def build_scaffold_policy(
     if store.current.number == 0 and sc.initial_bank:  # a fresh run (a resumed one has versions)
         store.seed(load_bank(sc.initial_bank, task_types=task_types), step=0)
     if not sc.reviews:  # static: the bank, never edited
-        return StaticScaffold(store)
+        return ScaffoldPolicy(sc.mode, store)
     reviser, fallback = build_revisers(spec)
-    return RevisingScaffold(
+    reviewer = Reviewer(
         store,
         sc,
         build_judge(spec),
@@ -75,3 +75,4 @@ def build_scaffold_policy(
         expert_plan=expert_plan if sc.privileged else None,
         card_tokens=sc.budget.card_tokens,
     )
+    return ScaffoldPolicy(sc.mode, store, reviewer)

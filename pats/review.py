@@ -1,10 +1,9 @@
 """The scaffold policy: which view each rollout group sees, and the review after each step.
 
-Modes are resolved once, when `build_scaffold_policy` picks a class, never inside the loop:
-- `NoScaffold` (mode none, plain GRPO): every group sees the empty view; nothing is reviewed.
-- `StaticScaffold` (mode static): views from the initial bank; never reviewed or edited.
-- `RevisingScaffold` (modes grow and pats): cards -> judge -> reviser -> validated edits. grow accepts
-  ADD edits only.
+Modes are resolved once, when `build_scaffold_policy` composes a `ScaffoldPolicy`, never inside the
+loop: no store (mode none, plain GRPO: the empty view, nothing reviewed); a store without a reviewer
+(mode static: the initial bank, never edited); a store and a `Reviewer` (modes grow and pats: cards ->
+judge -> reviser -> validated edits; grow accepts ADD edits only).
 
 A review never blocks training on a failing reviser: an invalid edit set is retried once with the
 validation errors as feedback, then the rules reviser answers instead (logged as a fallback); a set
@@ -65,25 +64,34 @@ class Committed:
     metrics: dict[str, float]
 
 
-def _empty_result(step: int) -> ReviewResult:
-    return ReviewResult(step=step, cards=(), assessments=(), edits=())
+class ScaffoldPolicy:
+    """Which view each rollout group sees, the review after each step, and the step's end: one class
+    for every mode, composed of parts chosen once from the spec (pats.build):
+    - no store: mode none (plain GRPO), every group sees the empty view, nothing is reviewed;
+    - a store, no reviewer: mode static, views from the initial bank, never edited;
+    - a store and a `Reviewer`: modes grow and pats."""
 
-
-class NoScaffold:
-    mode = "none"
-    store = None
+    def __init__(self, mode: str, store: ScaffoldStore | None = None, reviewer: Reviewer | None = None):
+        self.mode, self.store, self.reviewer = mode, store, reviewer
 
     def view(self, task: Task) -> ScaffoldView:
-        return EMPTY_VIEW
+        return self.store.pin(task) if self.store is not None else EMPTY_VIEW
 
     def plan(self, tasks: Sequence[Task], group_size: int, probes: int) -> list[GroupPlan]:
-        return [GroupPlan(task=t, view=EMPTY_VIEW, size=group_size, probes=0) for t in tasks]
+        """One pin per task per step: every scaffolded rollout of the group sees this one version."""
+        if self.store is None:
+            return [GroupPlan(task=t, view=EMPTY_VIEW, size=group_size, probes=0) for t in tasks]
+        return [GroupPlan(task=t, view=self.store.pin(t), size=group_size, probes=probes) for t in tasks]
 
     async def review(self, step: int, groups: Sequence[RolloutGroup]) -> ReviewResult:
-        return _empty_result(step)
+        if self.reviewer is None:
+            return ReviewResult(step=step, cards=(), assessments=(), edits=())
+        return await self.reviewer.review(step, groups)
 
     def apply(self, result: ReviewResult, step: int) -> ScaffoldVersion | None:
-        return None
+        if self.store is None or self.reviewer is None or not result.edits:
+            return None
+        return self.store.apply(result.edits, step)
 
     def commit(self, result: ReviewResult, step: int) -> Committed:
         """The review's edits as the next version. A set the store refuses (the review checks the same
@@ -105,28 +113,17 @@ class NoScaffold:
         return Committed(result, version, metrics)
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps beside the store's versions (the judge's state, where there is one)."""
-        return {}
+        """What a checkpoint keeps beside the store's versions: the judge's state, where there is one."""
+        return self.reviewer.judge.state_dict() if self.reviewer is not None else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
+        if self.reviewer is not None:
+            self.reviewer.judge.load_state_dict(state)
 
 
-class StaticScaffold(NoScaffold):
-    mode = "static"
+class Reviewer:
+    """cards -> judge -> reviser -> validated edits, for modes grow (ADD only) and pats."""
 
-    def __init__(self, store: ScaffoldStore):
-        self.store = store
-
-    def view(self, task: Task) -> ScaffoldView:
-        return self.store.pin(task)
-
-    def plan(self, tasks: Sequence[Task], group_size: int, probes: int) -> list[GroupPlan]:
-        # One pin per task per step: every rollout of the group sees this one version.
-        return [GroupPlan(task=t, view=self.store.pin(t), size=group_size, probes=probes) for t in tasks]
-
-
-class RevisingScaffold(StaticScaffold):
     def __init__(
         self,
         store: ScaffoldStore,
@@ -138,8 +135,7 @@ class RevisingScaffold(StaticScaffold):
         expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
         card_tokens: int = 256,
     ):
-        super().__init__(store)
-        self.mode = spec.mode
+        self.store, self.mode = store, spec.mode
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
         self.removal = spec.removes
@@ -265,15 +261,6 @@ class RevisingScaffold(StaticScaffold):
     def _usage(self) -> LLMUsage:
         """The judge's and the reviser's LLM work so far (the fallback rules reviser calls none)."""
         return self.judge.usage() + self.reviser.usage()
-
-    def apply(self, result: ReviewResult, step: int):
-        return self.store.apply(result.edits, step) if result.edits else None
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.judge.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.judge.load_state_dict(state)
 
 
 def _announce_streak(step: int, refused: Sequence[str]) -> None:

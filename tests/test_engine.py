@@ -10,7 +10,6 @@ import pytest
 from pats.build import build_scaffold_policy
 from pats.engine.sampler import TaskSampler
 from pats.logging.events import EventLog, read_events
-from pats.review import NoScaffold
 from pats.spec.models import ExperimentSpec
 from pats.testing.engine import fake_engine
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
@@ -70,7 +69,7 @@ def test_removal_off_never_deletes(tmp_path, count_tokens):
 def test_mode_none_never_builds_a_scaffold(tmp_path, count_tokens):
     spec = make_spec(mode="none")
     scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens)
-    assert type(scaffold) is NoScaffold
+    assert scaffold.store is None and scaffold.reviewer is None
     backend = ScriptedBackend(improving_schedule(), seed=1)
     engine = make_engine(spec, tmp_path, backend, count_tokens, scaffold=scaffold)
     asyncio.run(engine.run())
@@ -119,7 +118,7 @@ def test_review_overlaps_the_update(tmp_path, count_tokens):
     spec = make_spec()
     spec = spec.model_copy(update={"trainer": spec.trainer.model_copy(update={"steps": 3})})
     scaffold = build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, FakeEnv().expert_plan)
-    scaffold.reviser = SlowReviser(scaffold.reviser, delay=0.5)
+    scaffold.reviewer.reviser = SlowReviser(scaffold.reviewer.reviser, delay=0.5)
     backend = ScriptedBackend(improving_schedule(), seed=3, update_delay=0.5)
     engine = make_engine(spec, tmp_path, backend, count_tokens, scaffold=scaffold)
     asyncio.run(engine.run())

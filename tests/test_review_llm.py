@@ -63,7 +63,8 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
     ] + [WIRE_INVALID] * 60
     with ScriptedOpenAIServer(script) as server:
         scaffold = train_three_steps(spec_for(server.base_url), tmp_path, count_tokens)
-        assert isinstance(scaffold.reviser, LLMReviser) and isinstance(scaffold.fallback, RulesReviser)
+        reviewer = scaffold.reviewer
+        assert isinstance(reviewer.reviser, LLMReviser) and isinstance(reviewer.fallback, RulesReviser)
         requests = len(server.requests)
 
     log = tmp_path / "events.jsonl"
@@ -71,7 +72,7 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
     assert [e["step"] for e in ends] == [0, 1, 2], "a failing reviser must not cost a training step"
     faults = sum(e["metrics"]["review/llm_faults"] for e in ends)
     assert faults >= 6  # 429, timeout, non-JSON body, 503, truncated body, wrong schema: each counted
-    kinds = scaffold.reviser.faults
+    kinds = reviewer.reviser.faults
     assert kinds["rate_limit"] == 1 and kinds["timeout"] >= 1 and kinds["server_error"] >= 1
     assert kinds["malformed"] >= 1, dict(kinds)
     refused = [e["problem"] for e in read_events(log, "refused")]
@@ -94,7 +95,7 @@ def test_a_reviser_endpoint_that_refuses_connections_costs_no_step(tmp_path, cou
     scaffold = train_three_steps(spec_for(f"http://127.0.0.1:{port}/v1"), tmp_path, count_tokens)
     ends = read_events(tmp_path / "events.jsonl", "step_end")
     assert [e["step"] for e in ends] == [0, 1, 2]
-    assert scaffold.reviser.faults["connection"] >= 3
+    assert scaffold.reviewer.reviser.faults["connection"] >= 3
     assert all(e["metrics"]["review/fallback"] == 1.0 for e in ends)
 
 

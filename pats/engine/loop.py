@@ -19,7 +19,7 @@ from pats.errors import TrainingError
 from pats.logging.events import EventLog, write_review
 from pats.metrics import group_metrics, rollout_metrics
 from pats.protocols import MetricSink, Played, PolicyBackend
-from pats.review import NoScaffold
+from pats.review import ScaffoldPolicy
 from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
@@ -28,7 +28,7 @@ from pats.types import EMPTY_VIEW, ScaffoldView, Task
 class Engine:
     spec: ExperimentSpec
     backend: PolicyBackend
-    scaffold: NoScaffold  # or StaticScaffold / RevisingScaffold, chosen once from the spec
+    scaffold: ScaffoldPolicy  # its parts chosen once from the spec (pats.build)
     sampler: TaskSampler
     eval_tasks: Sequence[Task]
     events: EventLog
