@@ -166,22 +166,25 @@ def run_condition(spec_file: str, overrides: Sequence[str], run_dir: Path) -> st
 
 
 def heldout(
-    cache: Path, num_tasks: int, run_dir: Path | None = None, base_spec=None, chunk: int = 32
+    cache: Path, num_tasks: int, run_dir: Path | None = None, base_spec=None, chunk: int = 32, offset: int = 0
 ) -> dict:
     """Per-task held-out outcomes without the scaffold of run_dir's last checkpoint, or of the
-    untrained policy of base_spec when run_dir is None. Cached in `cache` (redone if the checkpoint
-    changed)."""
+    untrained policy of base_spec when run_dir is None, on eval tasks [offset, offset + num_tasks).
+    Cached in `cache` (redone if the checkpoint changed)."""
     from pats.backends.local.backend import LocalBackend
     from pats.engine.run import load_run, make_env_factory
     from pats.types import EMPTY_VIEW
 
     spec, state = load_run(run_dir) if run_dir else (base_spec, None)
+    if offset:  # the i-th eval task is the fold's i-th seed whatever the count, so this only extends the list
+        env_spec = spec.environment.model_copy(update={"num_eval_tasks": offset + num_tasks})
+        spec = spec.model_copy(update={"environment": env_spec})
     step = state.step if state else -1
     if cache.is_file() and json.loads(cache.read_text())["checkpoint_step"] == step:
         return json.loads(cache.read_text())
     make_env = make_env_factory(spec)
     env = make_env()
-    tasks = env.tasks("eval")[:num_tasks]
+    tasks = env.tasks("eval")[offset : offset + num_tasks]
     backend = LocalBackend(spec, make_env)
     if state:
         backend.load(Path(state.path))

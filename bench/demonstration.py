@@ -47,7 +47,12 @@ CONDITIONS: dict[str, tuple[str, ...]] = {
              "scaffold.cards=[outcome,contrast,failure,utility,expert]"),
     "no_removal": ("scaffold.mode=pats", "scaffold.privileged=true", "scaffold.removal=false",
                    "scaffold.cards=[outcome,contrast,failure,utility,expert]"),
+    # Stated in docs/results.md before they were run (the twc1-h1 campaign): pats with one thing changed.
+    "pats_noexpert": ("scaffold.mode=pats", "scaffold.cards=[outcome,contrast,failure,utility]"),
+    "pats_compress05": ("scaffold.mode=pats", "scaffold.privileged=true", "judge.compress_threshold=0.5",
+                        "scaffold.cards=[outcome,contrast,failure,utility,expert]"),
 }  # fmt: skip
+FIRST = ("none", "static", "pats", "no_removal")  # the default conditions
 
 
 def base_spec(args) -> Path:
@@ -103,7 +108,8 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{condition}-s{seed}"
     start = time.time()
     what = run_condition(str(spec_file), [*CONDITIONS[condition], f"seed={seed}"], run_dir)
-    held = heldout(run_dir / "report" / f"heldout_{args.heldout}.json", args.heldout, run_dir)
+    cache = run_dir / "report" / f"heldout_{args.heldout}" f"{f'_from{args.heldout_offset}' if args.heldout_offset else ''}.json"
+    held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
     groups = [g for e in read_events(run_dir / "events.jsonl", "groups") for g in e["groups"]]
     run = read_run(run_dir)
     per_task: dict[str, list[float]] = {}
@@ -148,7 +154,8 @@ def summarize(setting: str) -> str:
     for c in cells:
         by.setdefault(c["condition"], []).append(c)
     rows = ["| condition | seeds | informative groups | held-out success [95% CI] | pats - X [95% CI, paired] "
-            "| likelihood gap first -> last |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+            "| X - none [95% CI, paired] | likelihood gap first -> last |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for cond in CONDITIONS:
         if cond not in by:
             continue
@@ -163,10 +170,16 @@ def summarize(setting: str) -> str:
             if seeds:
                 d, dlo, dhi = paired_bootstrap(a, b)
                 diff = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
+        vs_none = "n/a"
+        if cond != "none" and "none" in by:
+            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["none"]}
+            if seeds:
+                d, dlo, dhi = paired_bootstrap(outcomes(cs, seeds), outcomes(by["none"], seeds))
+                vs_none = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
         gaps = [[e.get("eval/likelihood_gap") for e in c["evals"]] for c in cs]
         gap = "; ".join(f"{fmt(g[0])} -> {fmt(g[-1])}" for g in gaps if g and g[0] is not None) or "n/a"
         rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {wins / max(eps, 1):.3f} "
-                    f"[{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} | {gap} |")  # fmt: skip
+                    f"[{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} | {vs_none} | {gap} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -184,7 +197,7 @@ def refresh(args, folder: Path) -> None:
         print(f"refreshed {path}")
 
 
-PER_RUN = ("conditions", "seeds", "report_only", "refresh")  # arguments that may differ between invocations
+PER_RUN = ("conditions", "seeds", "report_only", "refresh", "fresh")  # arguments that may differ between invocations
 
 
 def check_protocol(args, folder: Path) -> None:
@@ -193,6 +206,7 @@ def check_protocol(args, folder: Path) -> None:
     for path in sorted(folder.glob("*-s*.json")):
         had = {k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN}
         had.setdefault("campaign", args.campaign)  # cells written before campaigns existed
+        had.setdefault("heldout_offset", 0)
         diff = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
         if diff:
             raise SystemExit(
@@ -201,13 +215,71 @@ def check_protocol(args, folder: Path) -> None:
             )
 
 
-def outcomes(cells: list[dict], seeds: set[int]) -> dict[str, list[float]]:
+def outcomes(cells: list[dict], seeds: set[int], key: str = "heldout") -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for c in sorted(cells, key=lambda c: c["seed"]):
         if c["seed"] in seeds:
-            for task, values in c["heldout"]["per_task"].items():
+            for task, values in c[key]["per_task"].items():
                 out.setdefault(task, []).extend(values)
     return out
+
+
+def fresh(args, folder: Path) -> None:
+    """A replication on held-out tasks no one has looked at: each finished cell's final checkpoint on
+    the next `--heldout` dev tasks (indices heldout .. 2 x heldout - 1), the same way as the first
+    test, written into the cell file as `heldout_fresh` (one cell at a time, each saved when done)."""
+    for path in sorted(folder.glob("*-s*.json")):
+        cell_data = json.loads(path.read_text())
+        if "heldout_fresh" in cell_data or cell_data["condition"] not in args.conditions:
+            continue
+        if cell_data["seed"] not in args.seeds:
+            continue
+        run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / path.stem
+        if not finished(run_dir, args.steps):
+            print(f"{path.stem}: no finished run directory here; skipped")
+            continue
+        start = time.time()
+        cache = run_dir / "report" / f"heldout_{args.heldout}_from{args.heldout}.json"
+        held = heldout(cache, args.heldout, run_dir, offset=args.heldout)
+        per_task: dict[str, list[float]] = {}
+        for task, success in zip(held["tasks"], held["success"], strict=True):
+            per_task.setdefault(task, []).append(success)
+        cell_data["heldout_fresh"] = {
+            "offset": args.heldout,
+            "episodes": len(held["success"]),
+            "successes": sum(held["success"]),
+            "per_task": per_task,
+            "seconds": round(time.time() - start, 1),
+        }
+        path.write_text(json.dumps(cell_data, indent=1) + "\n")
+        print(f"{path.stem}: fresh held-out {sum(held['success']):.0f}/{len(held['success'])}", flush=True)
+
+
+def summarize_fresh(setting: str) -> str:
+    """pats - X on the fresh held-out tasks, over the seeds every compared cell has."""
+    folder = RESULTS / "demonstration" / setting
+    by: dict[str, list[dict]] = {}
+    for p in sorted(folder.glob("*-s*.json")):
+        c = json.loads(p.read_text())
+        if "heldout_fresh" in c:
+            by.setdefault(c["condition"], []).append(c)
+    rows = ["| condition | seeds | fresh held-out success [95% CI] | pats - X [95% CI, paired] |",
+            "| --- | --- | --- | --- |"]  # fmt: skip
+    for cond in (c for c in CONDITIONS if c in by):
+        cs = by[cond]
+        wins = sum(c["heldout_fresh"]["successes"] for c in cs)
+        eps = sum(c["heldout_fresh"]["episodes"] for c in cs)
+        lo, hi = wilson(int(wins), eps)
+        diff = "n/a"
+        if cond != "pats" and "pats" in by:
+            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["pats"]}
+            if seeds:
+                d, dlo, dhi = paired_bootstrap(
+                    outcomes(by["pats"], seeds, "heldout_fresh"), outcomes(cs, seeds, "heldout_fresh")
+                )
+                diff = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
+        rows.append(f"| {cond} | {len(cs)} | {wins / max(eps, 1):.3f} [{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} |")
+    return "\n".join(rows)
 
 
 def main(argv=None) -> None:
@@ -217,7 +289,7 @@ def main(argv=None) -> None:
     p.add_argument(
         "--setting", choices=list(SETTINGS), default="twc", help="chosen with bench/sensitivity.py"
     )
-    p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS))
+    p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(FIRST))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     p.add_argument("--pool", type=int, default=8, help="training tasks (train fold); they recur")
     p.add_argument("--steps", type=int, default=8)
@@ -228,10 +300,16 @@ def main(argv=None) -> None:
     p.add_argument("--eval-tasks", type=int, default=4, help="dev tasks at the engine's evaluations")
     p.add_argument("--heldout", type=int, default=32, help="dev tasks of the final held-out test")
     p.add_argument("--samples", type=int, default=2, help="sampled episodes per held-out task")
+    p.add_argument("--heldout-offset", type=int, default=0,
+                   help="the held-out test uses dev tasks from this index on (a campaign of new conditions "
+                        "takes games earlier campaigns have not been tested on)")
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
     p.add_argument("--refresh", action="store_true",
                    help="re-read finished cells' run directories into their files (no training; after the "
                         "record gains a field)")
+    p.add_argument("--fresh", action="store_true",
+                   help="replicate on the next --heldout dev tasks, never looked at: each finished cell's "
+                        "final checkpoint, no training (writes heldout_fresh into the cell files)")
     p.add_argument("--campaign", default=None,
                    help="folder name under bench/results/demonstration/ and bench/runs/demonstration/ "
                         "(default: the setting); a protocol other than the default sizes needs its own")
@@ -241,6 +319,12 @@ def main(argv=None) -> None:
     check_protocol(args, folder)
     if args.refresh:
         refresh(args, folder)
+    elif args.fresh:
+        fresh(args, folder)
+        table = summarize_fresh(args.campaign)
+        (folder / "summary_fresh.md").write_text(table + "\n")
+        print(table)
+        return
     elif not args.report_only:
         spec_file = base_spec(args)
         for seed in args.seeds:  # seed-major: whole seeds finish first
