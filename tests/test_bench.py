@@ -196,7 +196,7 @@ def test_a_demonstration_campaign_refuses_cells_of_another_protocol(tmp_path):
     import demonstration
 
     args = argparse.Namespace(
-        setting="twc1", campaign="twc1", steps=8, pool=8, conditions=["none"], seeds=[0], report_only=False,
+        setting="twc1", campaign="twc1", steps=8, pool=8, heldout_offset=0, conditions=["none"], seeds=[0], report_only=False,
         refresh=False,
     )  # fmt: skip
     old = {"setting": "twc1", "steps": 8, "pool": 8, "conditions": ["pats"], "seeds": [1, 2], "refresh": True}
