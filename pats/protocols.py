@@ -46,10 +46,13 @@ class StepResult(Record):
 class Env(Protocol):
     """One episode at a time; a backend makes one instance per concurrent episode.
 
-    An environment whose actions are free text (a search query, an answer) sets a class attribute
+    An environment whose actions are free text (a search query, an answer) sets the class attribute
     `parses_output = True`: `step` then receives the policy's whole output and reports a malformed one
-    as an invalid step (valid=False, invalid_reason); the others receive one admissible action.
+    as an invalid step (valid=False, invalid_reason); the others (`parses_output = False`) receive one
+    admissible action.
     """
+
+    parses_output: bool
 
     def tasks(self, split: str) -> list[Task]: ...
 

@@ -170,13 +170,14 @@ class Reviewer:
         for type_edits, type_refused, type_fallback, type_over in outcomes:
             over_budget += type_over
             for edit in type_edits:
-                target = getattr(edit, "entry_id", None)
-                if target is not None and target in touched:
+                if isinstance(edit, AddEdit):
+                    edits.append(edit)
+                    continue
+                if edit.entry_id in touched:
                     # Two task types edited one shared (general) entry: the first wins, so the merged
                     # set still edits each entry once, as the store requires.
                     continue
-                if target is not None:
-                    touched.add(target)
+                touched.add(edit.entry_id)
                 edits.append(edit)
             refused += type_refused
             fallback |= type_fallback

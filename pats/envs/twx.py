@@ -91,6 +91,8 @@ def ensure_java() -> None:
 class TwxEnv:
     """One TextWorldExpress episode at a time, on a JVM owned by this instance."""
 
+    parses_output = False  # step() receives one admissible action
+
     def __init__(self, spec: TwxEnvSpec):
         self.spec = spec
         self.jvm_starts = 0  # JVMs this instance has launched, restarts included

@@ -24,6 +24,8 @@ ITEMS = ("key", "lamp", "coin", "book", "map")
 class FakeEnv:
     """Tasks of two types: `fetch` (take an item in a room) and `open` (unlock the door)."""
 
+    parses_output = False  # step() receives one admissible action
+
     def __init__(self, num_tasks: int = 8, max_turns: int = 6):
         self.num_tasks, self.max_turns = num_tasks, max_turns
         self._task: Task | None = None

@@ -187,7 +187,7 @@ class LocalBackend:
         for seat, prompt, response in zip(live, prompts, outputs, strict=True):
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
             admissible = list(seat.episode.state.admissible) or None
-            parses = getattr(seat.env, "parses_output", False)
+            parses = seat.env.parses_output
             out.append(read_output(text, admissible, parses, prompt_tokens=len(prompt), response_tokens=len(response)))
             if response:
                 seat.played.append(GeneratedTurn(tuple(prompt), tuple(response)))

@@ -49,7 +49,7 @@ class _OffLoopEnv:
 
     def __init__(self, env: Env):
         self.env = env
-        self.parses_output = bool(getattr(env, "parses_output", False))
+        self.parses_output = env.parses_output
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="pats-env", daemon=True).start()
 

@@ -61,6 +61,8 @@ _PLANS_LOCK = threading.Lock()
 class AlfworldEnv:
     """One ALFWorld episode at a time, on a child process owned by this instance."""
 
+    parses_output = False  # step() receives one admissible action
+
     def __init__(self, spec: AlfworldEnvSpec):
         self.spec = spec
         self.process_starts = 0  # child processes this instance has launched, restarts included
