@@ -236,7 +236,10 @@ def test_a_setting_of_another_kind_says_which_kind_uses_it(write):
 
 
 def test_verl_refuses_the_local_update_speed_option(write):
-    spec = GOOD + "policy: {action: generate, lora: {top_layers: 4}}\ntrainer: {backend: verl}\n"
+    spec = (
+        "name: x\nenvironment: {kind: twx, max_turns: 2}\n"
+        "policy: {action: generate, lora: {top_layers: 4}}\ntrainer: {backend: verl}\n"
+    )
     issue = one(write("s.yaml", spec))
     assert issue.path == "policy.lora.top_layers" and "every layer" in issue.message
 
@@ -248,3 +251,16 @@ def test_an_override_whose_value_names_a_yaml_file_is_an_override(write, capsys,
     assert main(["show", str(repo / "experiments/quickstart.yaml"), "judge.kind=llm", llm,
                  f"judge.rubric={repo / 'judges/twx.yaml'}"]) == 0  # fmt: skip
     assert f"rubric: {repo / 'judges/twx.yaml'}" in capsys.readouterr().out
+
+
+def test_a_verl_episode_that_cannot_fit_its_response_budget_is_refused_with_the_numbers(write):
+    spec = (
+        "name: x\nenvironment: {kind: alfworld, max_turns: 50}\n"
+        "policy: {action: generate, max_new_tokens: 256, max_response_tokens: 4096}\ntrainer: {backend: verl}\n"
+    )
+    issue = one(write("s.yaml", spec))
+    assert issue.path == "policy.max_response_tokens"
+    assert "50 turns of alfworld" in issue.message and "12400" in issue.message and "4096" in issue.message
+    assert "raise max_response_tokens to at least" in issue.message and "lower environment.max_turns" in issue.message
+    fits = spec.replace("max_response_tokens: 4096", "max_response_tokens: 16384")
+    assert load_spec(write("ok.yaml", fits)).policy.max_response_tokens == 16384

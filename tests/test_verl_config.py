@@ -32,7 +32,7 @@ def twx_spec(tmp_path: Path, *extra: str):
             "name: verl-twx",
             "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
             "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
-            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 256}",
+            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 1024}",
             "scaffold: {probe_fraction: 0.5}",
             "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
             "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1, kl_coef: 0.01}",
@@ -66,7 +66,7 @@ def test_alfworld_specs_compose_and_pass_validate_config(name, tmp_path):
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "grpo"
     assert (arr.rollout.n, cfg.data.train_batch_size) == (8, 16)
-    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (2048, 4096)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (2048, 16384)
     assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.01
     assert arr.actor.optim.lr == 1.0e-6
     assert arr.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and arr.model.lora_rank == 0

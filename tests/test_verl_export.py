@@ -41,7 +41,7 @@ def twx_spec_file(tmp_path: Path, *extra: str, scaffold: str = "probe_fraction: 
             "name: verl-twx",
             "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
             "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
-            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 256}",
+            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 1024}",
             f"scaffold: {{{scaffold}}}",
             "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
             "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1}",

@@ -1,8 +1,8 @@
 """Environment sections of the spec, one model per `kind` (a discriminated union).
 
-Each model holds what its environment needs to list and start tasks. Paths are kept as strings and
-resolved relative to the working directory when the environment is built, not when the spec loads:
-`pats validate` checks the shape of a spec, not that data is on this machine.
+Each model holds what its environment needs to list and start tasks. Paths a spec names are made
+absolute by the loader (relative to the spec file that names them); `pats validate` also checks that
+they exist.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ AlfworldTaskType = Literal[
     "pick_two_obj_and_place",
 ]
 ALFWORLD_TASK_TYPES: tuple[str, ...] = AlfworldTaskType.__args__  # type: ignore[attr-defined]
+
+# Tokens one turn adds to an episode besides the policy's output: the 90th percentile of the rendered
+# observation (with the admissible actions, where listed) along expert episodes, measured by
+# bench/turn_tokens.py (bench/results/turn_tokens.json, SmolLM2's tokenizer as a proxy), plus 16 for
+# the chat template's turn markers. verl keeps an episode as one growing chat, so its response budget
+# must hold max_turns of these (pats.spec.models checks it).
+ENV_TURN_TOKENS = {"twx": 180, "alfworld": 248, "webshop": 245, "search_qa": 532}
 
 
 class _EnvCommon(SpecModel):

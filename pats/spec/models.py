@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pats.spec.base import SpecModel, tag_or_default
-from pats.spec.environments import EnvironmentSpec
+from pats.spec.environments import ENV_TURN_TOKENS, EnvironmentSpec
 
 EMBEDDED_POLICY = "smollm2-135m-instruct"
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
@@ -376,6 +376,21 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     if spec.policy.action == "score" and tr.backend == "verl":
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
+    if tr.backend == "verl":
+        env, pol = spec.environment, spec.policy
+        need = env.max_turns * ENV_TURN_TOKENS[env.kind]
+        if need > pol.max_response_tokens:
+            out.append(
+                (
+                    "policy.max_response_tokens",
+                    f"verl keeps an episode as one chat: {env.max_turns} turns of {env.kind} take about "
+                    f"{ENV_TURN_TOKENS[env.kind]} tokens each before the policy writes anything ({need} in all; "
+                    f"bench/turn_tokens.py), more than max_response_tokens {pol.max_response_tokens}, so "
+                    "episodes would be cut and their reward lost; raise max_response_tokens to at least "
+                    f"{need + env.max_turns * min(pol.max_new_tokens, 64)} or lower environment.max_turns to "
+                    f"{max(1, pol.max_response_tokens // (ENV_TURN_TOKENS[env.kind] + min(pol.max_new_tokens, 64)))}",
+                )
+            )
     if tr.backend == "verl" and spec.policy.lora is not None and spec.policy.lora.top_layers is not None:
         out.append(
             (
