@@ -7,7 +7,8 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
   list; an unknown one is a SpecError naming the field and the closest known providers
   (`hosted-vllm` -> `hosted_vllm`). `pats validate` and `pats run` call it. It is not in the spec
   validator: `import litellm` takes seconds (~5 s here) and specs load on every command and in many
-  tests, so LiteLLM is imported only here, and only for a spec that names an LLM.
+  tests, so LiteLLM is imported only here, and only for a spec that names an LLM. Without the `llm`
+  extra (dspy, litellm) such a spec is a PrerequisiteError naming the field and the install command.
 - `preflight`: at `pats run` start, one short request to each LLM the run will call (its model string,
   api_base, key and timeout; llm.max_retries for transient faults). A refused key, an unknown model,
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
@@ -86,7 +87,11 @@ def provider_issues(spec: ExperimentSpec) -> list[SpecIssue]:
 
 
 def check_providers(spec: ExperimentSpec, file: str = "") -> None:
-    issues = provider_issues(spec)
+    try:
+        issues = provider_issues(spec)
+    except PrerequisiteError as err:  # the llm extra is not installed: say which spec and field need it
+        where = (f"{file}: " if file else "") + " and ".join(path for path, _ in spec_llms(spec))
+        raise PrerequisiteError(f"{where}: {err}") from None
     if issues:
         raise SpecError(issues, file=file)
 

@@ -18,7 +18,8 @@ client and LiteLLM) map their errors. The two differ on broken bodies: a 200 who
 `connection` resp. `server_error`. Auth, quota and invalid-request errors count as `other` and are not
 retried (another attempt cannot fix them).
 
-dspy and litellm import lazily: `import pats` must stay fast and must not touch the network.
+dspy and litellm import lazily: `import pats` must stay fast and must not touch the network. They are
+the `llm` extra, not in the base install: `require_llm` says so with the install command.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import importlib.util
 import os
 import re
 import time
@@ -56,7 +58,21 @@ class MalformedAnswer(ValueError):
     """An answer that arrived but cannot be used (wrong schema, unparseable). Counted and retried."""
 
 
+LLM_INSTALL = "`pip install 'pats[llm]'` (in a clone: `pip install -e '.[llm]'`)"
+
+
+def require_llm() -> None:
+    """A PrerequisiteError naming the `llm` extra when dspy or litellm is not installed."""
+    missing = [name for name in ("dspy", "litellm") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise PrerequisiteError(
+            f"an LLM judge or reviser needs {' and '.join(missing)}, which the base install leaves out: "
+            f"{LLM_INSTALL}, or use judge.kind: stats and reviser.kind: rules"
+        )
+
+
 def _prepare_litellm() -> None:
+    require_llm()
     # Without this litellm downloads its model cost map on import.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -244,6 +260,7 @@ class LLMCaller:
         deadline_s: float | None = None,
         max_wait_s: float = MAX_WAIT_S,
     ):
+        require_llm()
         self.spec = spec
         self.lm = lm if lm is not None else build_lm(spec)
         self._built_lm = lm is None  # a caller-supplied LM keeps its own cache settings

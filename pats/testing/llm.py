@@ -21,6 +21,9 @@ MODEL = "openai/scripted"  # never called: DummyLM answers instead
 
 def scripted_reviser(answers: Sequence[Any], **options):
     """An LLMReviser whose calls return `answers` in order (lists of edit dicts, or raw strings)."""
+    from pats.lm import require_llm
+
+    require_llm()
     from dspy.utils import DummyLM
 
     from pats.reviser import LLMReviser
@@ -31,6 +34,9 @@ def scripted_reviser(answers: Sequence[Any], **options):
 
 def scripted_judge(answers: Sequence[Any], environment: str = "twx", budget: ScaffoldBudget | None = None):
     """An LLMJudge whose grading calls return `answers` in order (lists of verdict dicts, or strings)."""
+    from pats.lm import require_llm
+
+    require_llm()
     from dspy.utils import DummyLM
 
     from pats.judges import LLMJudge

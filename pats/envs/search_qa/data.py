@@ -114,7 +114,10 @@ def _read_rows(path: Path) -> list[Any]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise PrerequisiteError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+            raise PrerequisiteError(
+                f"reading {path} needs pyarrow, which the base install leaves out: "
+                "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`), or give a .jsonl or .json file"
+            ) from None
         return pq.read_table(path).to_pylist()
     if suffix == ".jsonl":
         rows = []

@@ -146,7 +146,10 @@ def _bm25_index(corpus: str) -> Bm25Index:
     try:
         import bm25s  # noqa: F401
     except ImportError:
-        raise PrerequisiteError("the bm25 retriever needs bm25s: pip install bm25s==0.3.16") from None
+        raise PrerequisiteError(
+            "the bm25 retriever needs bm25s, which the base install leaves out: "
+            "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`)"
+        ) from None
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     with _INDEXES_LOCK:  # one build per corpus, even when many episodes start at once

@@ -24,7 +24,8 @@ class ProductSearch:
             import bm25s
         except ImportError:
             raise PrerequisiteError(
-                "the webshop environment searches with bm25s: pip install bm25s==0.3.16"
+                "the webshop environment searches with bm25s, which the base install leaves out: "
+                "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`)"
             ) from None
         self._asins = [p.asin for p in catalog.products]
         self._tokenizer = bm25s.tokenization.Tokenizer(stopwords="en", stemmer=None)
