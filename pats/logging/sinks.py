@@ -53,6 +53,7 @@ class WandbSink:
         name: str,
         config: dict,
         run_id: str | None = None,
+        group: str | None = None,
     ):
         try:
             import wandb
@@ -69,6 +70,7 @@ class WandbSink:
             config=config,
             dir=str(run_dir),
             id=run_id,
+            group=group,
             resume="allow" if run_id else None,
             reinit="finish_previous",
         )

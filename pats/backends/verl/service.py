@@ -19,8 +19,12 @@ rollouts before the next step's start; a report that arrives after its step was 
 in `late_reports` and left out.
 
 State on disk, as the local backend keeps it: `<run_dir>/scaffold/` (every version, via
-`ScaffoldStore`), `<run_dir>/scaffold/judge.json` (the judge's EMA state) and `<run_dir>/events.jsonl`
-(groups, cards, assessments, edits, versions, metrics per step). pats steps are verl's
+`ScaffoldStore`), `<run_dir>/scaffold/judge.json` (the judge's EMA state), `<run_dir>/events.jsonl`
+(groups, cards, assessments, edits, versions, metrics per step) and `<run_dir>/metrics.jsonl` (the
+step metrics the local engine logs: informative fraction, success with and without the scaffold,
+entries and tokens, edits, review faults). Unless `logging.wandb` is disabled the same metrics and
+each new version's entries table go to a W&B run `<name>-scaffold` in the group `<name>`, beside the
+run verl's trainer logs. pats steps are verl's
 `global_steps - 1` (verl counts from 1). A restarted run reopens every version it finds.
 """
 
@@ -78,6 +82,7 @@ class ScaffoldService:
         if self._judge_file.is_file():
             self.scaffold.load_state_dict(json.loads(self._judge_file.read_text("utf-8")))
         self.events = EventLog(self.run_dir / "events.jsonl")
+        self.sinks = _sinks(self.spec, self.run_dir)
         self.probes = self.spec.probe_count()
         self.groups: dict[str, _Group] = {}  # uid -> group, for steps not yet reviewed
         self.reviews: dict[int, asyncio.Task] = {}  # step -> its review
@@ -164,8 +169,23 @@ class ScaffoldService:
 
             write_atomic(self._judge_file, json.dumps(self.scaffold.state_dict(), indent=1))
         self.events.end_step(step, metrics=metrics)
+        for sink in self.sinks:
+            sink.log(step, metrics)
+            if version is not None:
+                sink.scaffold(step, version)
         self.reviewed.add(step)
         self.reviews.pop(step, None)
+
+
+def _sinks(spec, run_dir: Path) -> list:
+    from pats.logging.sinks import JsonlSink, WandbSink
+
+    sinks = [JsonlSink(run_dir / "metrics.jsonl")]
+    if spec.logging.wandb != "disabled":
+        config = spec.model_dump(mode="json")
+        name, log = f"{spec.name}-scaffold", spec.logging
+        sinks.append(WandbSink(run_dir, log.project, log.entity, log.wandb, name, config, group=spec.name))
+    return sinks
 
 
 class RayServiceClient:
