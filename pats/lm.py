@@ -244,6 +244,16 @@ def retry_after(exc: BaseException) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
+def _tokens(prediction: Any) -> int:
+    """Prompt + completion tokens a DSPy prediction's calls used (0 where the server or the response
+    cache reported none)."""
+    get_usage = getattr(prediction, "get_lm_usage", None)  # DSPy's Prediction; tests may pass plain objects
+    usage = get_usage() if callable(get_usage) else None
+    return sum(
+        int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0) for u in (usage or {}).values()
+    )
+
+
 class LLMCaller:
     """Runs DSPy programs against one LM with a concurrency limit, retries and fault counts.
 
@@ -278,6 +288,7 @@ class LLMCaller:
         self.last_error: BaseException | None = None  # the fault behind the last JudgeError raised
         self.calls = 0
         self.seconds = 0.0
+        self.tokens = 0  # prompt + completion tokens of the successful calls, as the server reported them
         self._retry_lms: dict[int, Any] = {}
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
@@ -285,7 +296,7 @@ class LLMCaller:
         self._executor = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="pats-llm")
 
     def usage(self) -> LLMUsage:
-        return LLMUsage(calls=self.calls, seconds=self.seconds, faults=sum(self.faults.values()))
+        return LLMUsage(calls=self.calls, seconds=self.seconds, tokens=self.tokens, faults=sum(self.faults.values()))
 
     async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
         """`program(**inputs)`, retried on LLM faults; `parse` turns the prediction into the result and
@@ -312,6 +323,7 @@ class LLMCaller:
                 else:
                     self.calls += 1
                     self.seconds += time.monotonic() - started
+                    self.tokens += _tokens(prediction)
                     return result
             if attempt + 1 == attempts or not retryable(error):
                 break
@@ -321,7 +333,7 @@ class LLMCaller:
     def _run(self, lm: Any, program: Any, inputs: dict[str, Any]) -> Any:
         import dspy
 
-        with dspy.context(lm=lm, adapter=self.adapter):
+        with dspy.context(lm=lm, adapter=self.adapter, track_usage=True):
             return program(**inputs)
 
     def _lm_for(self, attempt: int) -> Any:

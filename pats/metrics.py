@@ -68,8 +68,10 @@ def review_metrics(result: ReviewResult) -> dict[str, float]:
     out["review/llm_faults"] = float(result.llm_faults)
     out["review/llm_calls"] = float(result.llm_calls)
     out["review/llm_seconds"] = result.llm_seconds
+    out["review/llm_tokens"] = float(result.llm_tokens)
     if result.llm_calls:
         out["review/llm_seconds_per_call"] = result.llm_seconds / result.llm_calls
+        out["review/llm_tokens_per_call"] = result.llm_tokens / result.llm_calls
     out["review/over_budget"] = float(result.over_budget)
     out["review/cards"] = float(len(result.cards))
     return out

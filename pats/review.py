@@ -198,6 +198,7 @@ class Reviewer:
             llm_faults=used.faults,
             llm_calls=used.calls,
             llm_seconds=used.seconds,
+            llm_tokens=used.tokens,
             over_budget=over_budget + used.over_budget,
             seconds=time.perf_counter() - start,
         )

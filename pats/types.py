@@ -300,6 +300,7 @@ class LLMUsage(Record):
 
     calls: int = 0  # successful calls
     seconds: float = 0.0  # their summed latency
+    tokens: int = 0  # their prompt + completion tokens, as the server reported them
     faults: int = 0  # failed attempts (each retried or given up)
     over_budget: int = 0  # times its work was cut off by the step's review budget
 
@@ -323,5 +324,6 @@ class ReviewResult(Record):
     llm_faults: int = 0
     llm_calls: int = 0  # successful judge and reviser LLM calls of this review
     llm_seconds: float = 0.0  # their summed latency
+    llm_tokens: int = 0  # their prompt + completion tokens
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0
