@@ -77,3 +77,14 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
 def test_a_folder_without_versions_says_what_to_give(tmp_path, capsys):
     assert main(["scaffold", str(tmp_path)]) == 1
     assert "runs/quickstart" in capsys.readouterr().err
+
+
+def test_on_a_terminal_the_history_is_coloured(monkeypatch, capsys):
+    from pats.scaffold import history
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    history.print_text("version 1 (after step 0): 1 entries, 5 tokens\n  + e1 skill   general: Look first.")
+    out = capsys.readouterr().out
+    assert "Look first." in out and "\x1b[32m" in out, "added lines in green"

@@ -142,17 +142,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scaffold(args: argparse.Namespace) -> int:
-    from pats.scaffold.history import format_diff, format_history, format_version, open_store, version_at
+    from pats.scaffold.history import (
+        format_diff,
+        format_history,
+        format_version,
+        open_store,
+        print_text,
+        version_at,
+    )
 
     store = open_store(Path(args.run_dir))  # store.version(n) says which numbers exist
     if args.diff:
-        print(format_diff(*(store.version(n) for n in args.diff)))
+        print_text(format_diff(*(store.version(n) for n in args.diff)))
     elif args.version is not None:
-        print(format_version(store.version(args.version)))
+        print_text(format_version(store.version(args.version)))
     elif args.at is not None:
-        print(f"at step {args.at}: " + format_version(version_at(Path(args.run_dir), store, args.at)))
+        print_text(f"at step {args.at}: " + format_version(version_at(Path(args.run_dir), store, args.at)))
     else:
-        print(format_history(store.versions()))
+        print_text(format_history(store.versions()))
     return 0
 
 

@@ -91,3 +91,24 @@ def version_at(run_dir: Path, store: ScaffoldStore, step: int) -> ScaffoldVersio
 def format_version(version: ScaffoldVersion) -> str:
     head = f"version {version.number} (after step {version.step}), hash {version.hash}"
     return "\n".join([head, *(_line("*", e) for e in version.entries)])
+
+
+STYLES = {"  + ": "green", "  - ": "red", "  ~ ": "yellow", "  * ": "", "version ": "bold", "at step ": "bold"}
+
+
+def print_text(text: str) -> None:
+    """The history on a terminal in colour (rich: added green, removed red, rewritten yellow); piped
+    or redirected, the plain lines the tests and `pats report` use."""
+    import sys
+
+    if not sys.stdout.isatty():
+        print(text)
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    for line in text.splitlines():
+        style = next((s for prefix, s in STYLES.items() if line.startswith(prefix)), "")
+        console.print(Text(line, style=style))
+
