@@ -131,9 +131,17 @@ def test_export_writes_a_recognizable_launch_script_and_task_rows(tmp_path):
     train = pq.read_table(tmp_path / "twx" / "train.parquet").to_pylist()
     val = pq.read_table(tmp_path / "twx" / "val.parquet").to_pylist()
     assert [r["extra_info"]["task_id"] for r in train] == [f"twx:twc:train:{i}" for i in range(4)]
-    assert [r["extra_info"]["task_id"] for r in val] == ["twx:twc:dev:10000", "twx:twc:dev:10001"]
+    dev = ["twx:twc:dev:10000", "twx:twc:dev:10001"]
+    assert [r["extra_info"]["task_id"] for r in val] == dev + dev  # bare, then with the scaffold
     assert {r["agent_name"] for r in train} == {"pats_agent"}
-    assert {r["agent_name"] for r in val} == {"pats_validation"}
+    assert [(r["agent_name"], r["data_source"]) for r in val] == [("pats_validation", "pats/twx")] * 2 + [
+        ("pats_validation_scaffold", "pats/twx/with_scaffold")
+    ] * 2  # verl reports validation per data source: the two passes side by side (the reliance gap)
+    assert "PatsScaffoldValidationLoop" in (tmp_path / "twx" / "agent_loops.yaml").read_text()
+    export_verl(twx.model_copy(update={"eval": twx.eval.model_copy(update={"with_scaffold": False})}), tmp_path / "bare")
+    assert {r["agent_name"] for r in pq.read_table(tmp_path / "bare" / "val.parquet").to_pylist()} == {
+        "pats_validation"
+    }
     assert all("Guidance" not in m["content"] for r in train for m in r["prompt"])  # bare prompts
 
 

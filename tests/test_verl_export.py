@@ -179,7 +179,7 @@ def test_the_cluster_writes_the_task_rows_of_a_no_data_bundle(tmp_path, capsys):
     assert verl_data.main([str(out)]) == 0  # what launch.sh runs when the rows are missing
     train = pq.read_table(out / "train.parquet").to_pylist()
     assert [r["extra_info"]["task_id"] for r in train] == [f"twx:twc:train:{i}" for i in range(4)]
-    assert len(pq.read_table(out / "val.parquet").to_pylist()) == 2
+    assert len(pq.read_table(out / "val.parquet").to_pylist()) == 4  # 2 bare, 2 with the scaffold
 
 
 def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp_path, monkeypatch):

@@ -235,3 +235,37 @@ async def test_a_won_episode_scores_one(tmp_path, monkeypatch):
         runs = 1 + sum(a != b for a, b in zip(mask, mask[1:], strict=False))
         assert runs == 2 * len(plan) - 1 and mask[0] == 1 and mask[-1] == 1
     assert len(plan) >= 2
+
+
+async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_reports_nothing(
+    tmp_path, monkeypatch
+):
+    spec, cfg = make_spec(tmp_path, max_turns=8, response=1600)
+    env = TwxEnv(spec.environment)
+    task = env.tasks("eval")[0]
+    plan = env.expert_plan(task)
+    await env.close()
+    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
+    version = service.scaffold.store.apply([AddEdit(kind="skill", scope="general", text="Look first.")], step=0)
+    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
+    worker = AgentLoopWorker(cfg, None)
+    worker.llm_client = ExpertServer(worker.tokenizer, plan)
+    rows = task_rows([task], "twx", validation=True, with_scaffold=True)
+    columns = {
+        "raw_prompt": [r["prompt"] for r in rows],
+        "extra_info": [r["extra_info"] for r in rows],
+        "agent_name": [r["agent_name"] for r in rows],
+        "data_source": [r["data_source"] for r in rows],
+        "index": [0],
+        "uid": ["v0"],
+        "global_steps": [1],
+    }
+    non_tensor = {k: np.array(v + [None], dtype=object)[:-1] for k, v in columns.items()}
+    out = await worker.generate_sequences(DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={}))
+
+    assert list(out.non_tensor_batch["scaffold_version"]) == [version.hash]
+    assert list(out.non_tensor_batch["scaffolded"]) == [True] and list(out.non_tensor_batch["success"]) == [1.0]
+    prompt_len = int(out.batch["attention_mask"][0, :PROMPT].sum())
+    assert "- Look first." in worker.tokenizer.decode(out.batch["prompts"][0, PROMPT - prompt_len :].tolist())
+    state = await service.state()
+    assert state["open_groups"] == 0 and state["reviewed_steps"] == [], "validation never feeds a review"

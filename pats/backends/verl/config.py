@@ -25,6 +25,8 @@ from pats.spec.models import ExperimentSpec
 
 TRAIN_LOOP = "pats_agent"  # agent_name of training rows
 VALIDATION_LOOP = "pats_validation"  # agent_name of validation rows: never adds a scaffold
+# agent_name of the second validation pass (eval.with_scaffold): the current scaffold, for the reliance gap
+SCAFFOLD_VALIDATION_LOOP = "pats_validation_scaffold"
 INSTALL_HINT = (
     "the verl backend needs verl 0.9.1 and its agent-loop extras: `pip install pats[verl]` "
     "(GPU nodes also need a rollout engine: `pip install verl[vllm]==0.9.1` or `verl[sglang]`)"

@@ -3,7 +3,11 @@
 A row carries the bare prompt (the environment's instructions and the task id; never a scaffold),
 `extra_info` with the task (id, type, split and the whole `Task` as JSON, so a loop can reset the
 environment without listing tasks again) and `agent_name`, which picks the agent loop: training rows
-run `PatsAgentLoop`, validation rows `PatsValidationLoop` (no scaffold, the deployment prompt).
+run `PatsAgentLoop`, validation rows `PatsValidationLoop` (no scaffold, the deployment prompt). With
+`eval.with_scaffold` (and a scaffold), every held-out task gets a second validation row run by
+`PatsScaffoldValidationLoop` under the current scaffold, its `data_source` `pats/<kind>/with_scaffold`:
+verl reports validation per data source, so the two passes sit side by side and their difference is
+the reliance gap (`eval/reliance_gap` of the local engine).
 
 The row's prompt is what verl's dataset tools see (length filter, logs); the agent loop renders the
 real first prompt from the environment's reset (task description, first observation, admissible
@@ -21,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pats.backends.verl.config import TRAIN_LOOP, VALIDATION_LOOP
+from pats.backends.verl.config import SCAFFOLD_VALIDATION_LOOP, TRAIN_LOOP, VALIDATION_LOOP
 from pats.envs.prompting import instructions
 from pats.errors import PatsError
 from pats.spec.models import ExperimentSpec
@@ -30,13 +34,15 @@ from pats.types import Task
 TRAIN_FILE, VAL_FILE = "train.parquet", "val.parquet"
 
 
-def task_rows(tasks: Sequence[Task], env_kind: str, validation: bool) -> list[dict]:
-    """verl rows for `tasks`; `validation` picks the loop that never adds a scaffold."""
+def task_rows(tasks: Sequence[Task], env_kind: str, validation: bool, with_scaffold: bool = False) -> list[dict]:
+    """verl rows for `tasks`; `validation` picks the loop that never adds a scaffold, `with_scaffold`
+    (validation only) the one that plays under the current scaffold."""
     system = instructions(env_kind, "generate")
+    loop = (SCAFFOLD_VALIDATION_LOOP if with_scaffold else VALIDATION_LOOP) if validation else TRAIN_LOOP
     return [
         {
-            "data_source": f"pats/{env_kind}",
-            "agent_name": VALIDATION_LOOP if validation else TRAIN_LOOP,
+            "data_source": f"pats/{env_kind}" + ("/with_scaffold" if with_scaffold else ""),
+            "agent_name": loop,
             "prompt": [
                 {"role": "system", "content": system},
                 {"role": "user", "content": f"Task: {task.id}"},
@@ -83,9 +89,12 @@ def write_task_data(spec: ExperimentSpec, out: Path) -> tuple[Path, Path]:
     train, held_out = env.tasks("train"), env.tasks("eval")
     held_out = held_out[: spec.eval.num_tasks or len(held_out)]
     kind = spec.environment.kind
+    val = task_rows(held_out, kind, validation=True)
+    if spec.eval.with_scaffold and spec.scaffold.mode != "none":
+        val += task_rows(held_out, kind, validation=True, with_scaffold=True)
     return (
         write_parquet(task_rows(train, kind, validation=False), out / TRAIN_FILE),
-        write_parquet(task_rows(held_out, kind, validation=True), out / VAL_FILE),
+        write_parquet(val, out / VAL_FILE),
     )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pats.backends.verl.config import (
     RUNTIME_ENV_VARS,
+    SCAFFOLD_VALIDATION_LOOP,
     TRAIN_LOOP,
     VALIDATION_LOOP,
     WORKER_ENV,
@@ -42,6 +43,8 @@ AGENT_LOOPS = f"""\
   _target_: pats.backends.verl.loop.PatsAgentLoop
 - name: {VALIDATION_LOOP}
   _target_: pats.backends.verl.loop.PatsValidationLoop
+- name: {SCAFFOLD_VALIDATION_LOOP}
+  _target_: pats.backends.verl.loop.PatsScaffoldValidationLoop
 """
 
 EXPORT_DEFAULTS = ("ALFWORLD_DATA", "PATS_DATA")  # their values at export are launch.sh's defaults

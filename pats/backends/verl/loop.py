@@ -90,7 +90,19 @@ def _settings(spec_path: str) -> _Settings:
 class PatsAgentLoop(AgentLoopBase):
     """Training rows: the group's pinned scaffold view, the environment's reward."""
 
-    uses_scaffold = True
+    reports = True  # the trajectory goes back to the scaffold service (training rows only)
+
+    async def _view(self, task: Task, uid: str, kwargs: dict[str, Any]) -> tuple[ScaffoldView, bool]:
+        """(view, scaffolded) of this rollout: the group's pin for the step (the first probes: none)."""
+        if "global_steps" not in kwargs:
+            raise PrerequisiteError(
+                "the pats agent loop needs verl's V1 trainer (trainer.use_v1=True), which passes "
+                "global_steps to each loop; pats pins one scaffold version per step"
+            )
+        pinned = await connect(self.spec_path, self.run_dir).pin(
+            uid, task.model_dump_json(), int(kwargs["global_steps"])
+        )
+        return ScaffoldView(version=pinned["version"], text=pinned["text"]), bool(pinned["scaffolded"])
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,18 +119,7 @@ class PatsAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         task = task_of(kwargs["extra_info"])
         uid = str(kwargs["uid"])
-        view, scaffolded = EMPTY_VIEW, False
-        if self.uses_scaffold:
-            if "global_steps" not in kwargs:
-                raise PrerequisiteError(
-                    "the pats agent loop needs verl's V1 trainer (trainer.use_v1=True), which passes "
-                    "global_steps to each loop; pats pins one scaffold version per step"
-                )
-            pinned = await connect(self.spec_path, self.run_dir).pin(
-                uid, task.model_dump_json(), int(kwargs["global_steps"])
-            )
-            view = ScaffoldView(version=pinned["version"], text=pinned["text"])
-            scaffolded = bool(pinned["scaffolded"])
+        view, scaffolded = await self._view(task, uid, kwargs)
         episode = Episode(f"{uid}-{uuid4().hex[:8]}", task, view)
         env = await self.settings.acquire()
         try:
@@ -126,7 +127,7 @@ class PatsAgentLoop(AgentLoopBase):
         finally:
             self.settings.release(env)
         rollout = episode.record(scaffolded)
-        if self.uses_scaffold:
+        if self.reports:
             await connect(self.spec_path, self.run_dir).report(uid, rollout.model_dump_json())
         n = self.response_length
         return AgentLoopOutput(
@@ -220,4 +221,18 @@ class PatsAgentLoop(AgentLoopBase):
 class PatsValidationLoop(PatsAgentLoop):
     """Validation rows: the bare prompt (the deployment prompt), never a scaffold."""
 
-    uses_scaffold = False
+    reports = False
+
+    async def _view(self, task: Task, uid: str, kwargs: dict[str, Any]) -> tuple[ScaffoldView, bool]:
+        return EMPTY_VIEW, False
+
+
+class PatsScaffoldValidationLoop(PatsAgentLoop):
+    """Validation rows of the second pass (eval.with_scaffold): the current scaffold's view of the task,
+    for the reliance gap; never reported, so it neither feeds nor waits for a review."""
+
+    reports = False
+
+    async def _view(self, task: Task, uid: str, kwargs: dict[str, Any]) -> tuple[ScaffoldView, bool]:
+        shown = await connect(self.spec_path, self.run_dir).view(task.model_dump_json())
+        return ScaffoldView(version=shown["version"], text=shown["text"]), True

@@ -107,6 +107,11 @@ class ScaffoldService:
         view = group.view if scaffolded else EMPTY_VIEW
         return {"text": view.text, "version": view.version, "scaffolded": scaffolded}
 
+    async def view(self, task_json: str) -> dict:
+        """{"text", "version"}: the current scaffold's view of a task (validation with the scaffold)."""
+        view = self.scaffold.view(Task.model_validate_json(task_json))
+        return {"text": view.text, "version": view.version}
+
     async def report(self, uid: str, rollout_json: str) -> None:
         group = self.groups.get(uid)
         if group is None:
@@ -196,6 +201,9 @@ class RayServiceClient:
 
     async def pin(self, uid: str, task_json: str, global_steps: int) -> dict:
         return await self.handle.pin.remote(uid, task_json, global_steps)
+
+    async def view(self, task_json: str) -> dict:
+        return await self.handle.view.remote(task_json)
 
     async def report(self, uid: str, rollout_json: str) -> None:
         await self.handle.report.remote(uid, rollout_json)
