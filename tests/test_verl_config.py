@@ -3,21 +3,15 @@ verl's validate_config (rollout engine sglang: vllm cannot be imported on CPU); 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-try:
-    from pats.backends.verl.config import check, compose, require_verl
+from pats.testing.verl import require_verl_or_skip, twx_verl_spec
 
-    require_verl()
-except Exception as err:  # PrerequisiteError naming the install command
-    if os.environ.get("CI"):
-        raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
-    pytest.skip(f"verl not installed: {err}", allow_module_level=True)
-
+require_verl_or_skip()
+from pats.backends.verl.config import check, compose
 from pats.backends.verl.export import export_verl
 from pats.backends.verl.launch import write_bundle
 from pats.spec import load_spec
@@ -26,23 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 ALFWORLD = REPO / "experiments" / "alfworld"
 
 
-def twx_spec(tmp_path: Path, *extra: str):
-    text = "\n".join(
-        [
-            "name: verl-twx",
-            "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
-            "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
-            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 1024}",
-            "scaffold: {probe_fraction: 0.5}",
-            "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
-            "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1, kl_coef: 0.01}",
-            f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}",
-            *extra,
-        ]
-    )
-    path = tmp_path / "spec.yaml"
-    path.write_text(text + "\n")
-    return load_spec(path)
+def twx_spec(tmp_path: Path):
+    return load_spec(twx_verl_spec(tmp_path / "spec.yaml", root=tmp_path / "runs"), ["trainer.kl_coef=0.01"])
 
 
 def composed(spec, tmp_path: Path):
@@ -82,7 +61,7 @@ def test_alfworld_specs_compose_and_pass_validate_config(name, tmp_path):
 
 
 def test_lora_kl_and_extra_overrides(tmp_path):
-    spec = twx_spec(tmp_path, "")
+    spec = twx_spec(tmp_path)
     spec = spec.model_copy(
         update={"trainer": spec.trainer.model_copy(update={"overrides": ("trainer.save_freq=7",)})}
     )

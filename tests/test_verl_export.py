@@ -13,16 +13,11 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from pats.backends.verl.config import compose, require_verl
+from pats.testing.verl import require_verl_or_skip, twx_verl_spec
 
-    require_verl()
-except Exception as err:  # PrerequisiteError naming the install command
-    if os.environ.get("CI"):
-        raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
-    pytest.skip(f"verl not installed: {err}", allow_module_level=True)
-
+require_verl_or_skip()
 from pats.backends.verl import data as verl_data
+from pats.backends.verl.config import compose
 from pats.backends.verl.export import export_verl
 from pats.backends.verl.launch import write_bundle
 from pats.cli.main import main
@@ -36,23 +31,7 @@ ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
 def twx_spec_file(tmp_path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5") -> Path:
-    text = "\n".join(
-        [
-            "name: verl-twx",
-            "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
-            "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
-            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 1024}",
-            f"scaffold: {{{scaffold}}}",
-            "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
-            "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1}",
-            f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}",
-            *extra,
-        ]
-    )
-    path = tmp_path / "spec" / "spec.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-    return path
+    return twx_verl_spec(tmp_path / "spec" / "spec.yaml", *extra, scaffold=scaffold, root=tmp_path / "runs")
 
 
 def pats_bank(path: Path) -> Path:

@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-try:
-    from pats.backends.verl.config import compose, require_verl
+from pats.testing.verl import require_verl_or_skip
 
-    require_verl()
-except Exception as err:  # PrerequisiteError naming the install command
-    if os.environ.get("CI"):
-        raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
-    pytest.skip(f"verl not installed: {err}", allow_module_level=True)
-
+require_verl_or_skip()
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
 import pats.backends.verl.loop as loop_module
+from pats.backends.verl.config import compose
 from pats.backends.verl.data import task_rows
 from pats.backends.verl.launch import write_bundle
 from pats.backends.verl.service import ScaffoldService
@@ -124,6 +118,10 @@ def batch(spec, train_ids: list[int], val: bool, n: int, step: int = 1) -> DataP
     rows = [r for r in task_rows(tasks, "twx", validation=False) for _ in range(n)]
     if val:
         rows += task_rows(env.tasks("eval"), "twx", validation=True)
+    return proto(rows, step)
+
+
+def proto(rows: list[dict], step: int = 1) -> DataProto:
     columns = {
         "raw_prompt": [r["prompt"] for r in rows],
         "extra_info": [r["extra_info"] for r in rows],
@@ -211,16 +209,22 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     assert step_end["metrics"]["train/groups"] == 1.0
 
 
-async def test_a_won_episode_scores_one(tmp_path, monkeypatch):
+async def expert_worker(tmp_path, monkeypatch, split: str):
+    """(spec, service, worker, task, plan): a loop worker whose server plays the task's expert plan."""
     spec, cfg = make_spec(tmp_path, max_turns=8, response=1600)
     env = TwxEnv(spec.environment)
-    task = env.tasks("train")[0]
+    task = env.tasks(split)[0]
     plan = env.expert_plan(task)
     await env.close()
     service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
     monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
     worker = AgentLoopWorker(cfg, None)
     worker.llm_client = ExpertServer(worker.tokenizer, plan)
+    return spec, service, worker, task, plan
+
+
+async def test_a_won_episode_scores_one(tmp_path, monkeypatch):
+    spec, _, worker, _, plan = await expert_worker(tmp_path, monkeypatch, "train")
 
     out = await worker.generate_sequences(batch(spec, [0], val=False, n=2))
 
@@ -240,28 +244,10 @@ async def test_a_won_episode_scores_one(tmp_path, monkeypatch):
 async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_reports_nothing(
     tmp_path, monkeypatch
 ):
-    spec, cfg = make_spec(tmp_path, max_turns=8, response=1600)
-    env = TwxEnv(spec.environment)
-    task = env.tasks("eval")[0]
-    plan = env.expert_plan(task)
-    await env.close()
-    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
+    _, service, worker, task, _ = await expert_worker(tmp_path, monkeypatch, "eval")
     version = service.scaffold.store.apply([AddEdit(kind="skill", scope="general", text="Look first.")], step=0)
-    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-    worker = AgentLoopWorker(cfg, None)
-    worker.llm_client = ExpertServer(worker.tokenizer, plan)
-    rows = task_rows([task], "twx", validation=True, with_scaffold=True)
-    columns = {
-        "raw_prompt": [r["prompt"] for r in rows],
-        "extra_info": [r["extra_info"] for r in rows],
-        "agent_name": [r["agent_name"] for r in rows],
-        "data_source": [r["data_source"] for r in rows],
-        "index": [0],
-        "uid": ["v0"],
-        "global_steps": [1],
-    }
-    non_tensor = {k: np.array(v + [None], dtype=object)[:-1] for k, v in columns.items()}
-    out = await worker.generate_sequences(DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={}))
+
+    out = await worker.generate_sequences(proto(task_rows([task], "twx", validation=True, with_scaffold=True)))
 
     assert list(out.non_tensor_batch["scaffold_version"]) == [version.hash]
     assert list(out.non_tensor_batch["scaffolded"]) == [True] and list(out.non_tensor_batch["success"]) == [1.0]

@@ -9,25 +9,19 @@ and its plan. Validation rows never see a scaffold.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-try:
-    from pats.backends.verl.config import compose, require_verl
+from pats.testing.verl import require_verl_or_skip
 
-    require_verl()
-except Exception as err:  # PrerequisiteError naming the install command
-    if os.environ.get("CI"):
-        raise  # CI installs .[verl]: a missing verl is a failure there, never a skip
-    pytest.skip(f"verl not installed: {err}", allow_module_level=True)
-
+require_verl_or_skip()
 import numpy as np
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
+from pats.backends.verl.config import compose
 from pats.backends.verl.data import task_rows
 from pats.backends.verl.launch import write_bundle
 from pats.backends.verl.service import connect

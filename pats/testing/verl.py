@@ -1,0 +1,42 @@
+"""Helpers for tests of the verl backend: the module-level verl check and a tiny verl spec on twc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def require_verl_or_skip() -> None:
+    """Call at module level: without verl the module is skipped, except under CI, which installs
+    `.[verl]` (`./scripts/install --test`), so a missing verl fails there instead of hiding."""
+    import pytest
+
+    from pats.backends.verl.config import require_verl
+
+    try:
+        require_verl()
+    except Exception as err:  # PrerequisiteError naming the install command
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"verl not installed: {err}", allow_module_level=True)
+
+
+def twx_verl_spec(path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5", root: Path | None = None) -> Path:
+    """Write a small verl spec on twc (4 training tasks, 2 held-out, 4 turns) to `path`; `extra` lines
+    are appended (a later key wins), `root` is logging.root (default: beside the file)."""
+    text = "\n".join(
+        [
+            "name: verl-twx",
+            "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
+            "  num_train_tasks: 4, num_eval_tasks: 2, max_turns: 4}",
+            "policy: {max_new_tokens: 24, max_prompt_tokens: 512, max_response_tokens: 1024}",
+            f"scaffold: {{{scaffold}}}",
+            "trainer: {backend: verl, steps: 3, tasks_per_step: 2, group_size: 2, nnodes: 1,",
+            "  gpus_per_node: 1, rollout_engine: sglang, micro_batch_per_gpu: 1}",
+            f"logging: {{root: {root or path.parent / 'runs'}, wandb: disabled}}",
+            *extra,
+        ]
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return path
