@@ -41,3 +41,36 @@ def test_scaffold_versions_reach_wandb_as_tables_and_the_folder_as_an_artifact(t
     assert texts == {e["text"] for e in newest["entries"]}, "the last table is the last version's entries"
     staged = list((tmp_path / "wandb").rglob("*.wandb"))
     assert staged and any(b"wandb-scaffold-scaffold" in p.read_bytes() for p in staged), "no scaffold artifact"
+
+
+def test_pats_report_logs_the_report_to_the_runs_own_wandb_run(tmp_path, count_tokens, capsys):
+    from pats.cli.main import main
+    from pats.engine.run import Checkpoint
+    from pats.spec.loader import spec_to_yaml
+
+    spec = ExperimentSpec.model_validate(
+        {
+            "name": "wandb-report",
+            "environment": {"kind": "twx", "num_eval_tasks": 4},
+            "scaffold": {"mode": "pats"},
+            "trainer": {"steps": 2, "tasks_per_step": 4, "group_size": 4},
+            "eval": {"every": 10, "at_start": False},
+            "logging": {"root": str(tmp_path), "wandb": "offline"},
+        }
+    )
+    sink = WandbSink(tmp_path, spec.logging.project, None, "offline", spec.name, spec.model_dump(mode="json"))
+    engine = fake_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=1), count_tokens)
+    engine.sinks = [sink]
+    asyncio.run(engine.run())
+    engine.events.close()
+    sink.close()
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    (tmp_path / "checkpoints").mkdir()
+    state = Checkpoint(step=1, path=str(tmp_path / "checkpoints"), wandb_id=sink.run_id)
+    (tmp_path / "checkpoints" / "latest.json").write_text(state.model_dump_json())
+
+    assert main(["report", str(tmp_path)]) == 0
+    assert f"W&B run {sink.run_id}" in capsys.readouterr().out
+    runs = sorted((tmp_path / "wandb").glob(f"offline-run-*-{sink.run_id}"))
+    assert len(runs) == 2, "the report resumes the run's own id"
+    assert b"wandb-report-report" in b"".join(p.read_bytes() for p in runs[-1].glob("*.wandb"))

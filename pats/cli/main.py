@@ -136,8 +136,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pats.report import write_report
 
-    for path in write_report(Path(args.run_dir)):
+    run_dir = Path(args.run_dir)
+    for path in write_report(run_dir):
         print(f"wrote {path}")
+    if (run_dir / "spec.yaml").is_file():  # a run pats started: the report joins its W&B run
+        from pats.engine.run import load_run
+
+        spec, state = load_run(run_dir)
+        if spec.logging.wandb != "disabled" and state is not None and state.wandb_id:
+            from pats.logging.sinks import log_report_artifact
+
+            log = spec.logging
+            log_report_artifact(run_dir, log.project, log.entity, log.wandb, spec.name, state.wandb_id)
+            print(f"logged report/ to W&B run {state.wandb_id} as the artifact {spec.name}-report")
     return 0
 
 

@@ -98,3 +98,20 @@ class WandbSink:
             artifact.add_dir(str(folder))
             self._run.log_artifact(artifact)
         self._run.finish()
+
+
+def log_report_artifact(run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str) -> None:
+    """`pats report`'s folder as an artifact `<name>-report` of the run's own W&B run (resumed by id;
+    offline, `wandb sync` uploads it to the same run)."""
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    run = wandb.init(
+        project=project, entity=entity, mode=mode, id=run_id, resume="allow", dir=str(run_dir),
+        reinit="finish_previous",
+    )  # fmt: skip
+    artifact = wandb.Artifact(f"{name}-report", type="report")
+    artifact.add_dir(str(run_dir / "report"))
+    run.log_artifact(artifact)
+    run.finish()
+
