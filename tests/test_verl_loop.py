@@ -255,3 +255,55 @@ async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_r
     assert "- Look first." in worker.tokenizer.decode(out.batch["prompts"][0, PROMPT - prompt_len :].tolist())
     state = await service.state()
     assert state["open_groups"] == 0 and state["reviewed_steps"] == [], "validation never feeds a review"
+
+
+class LookingServer(ExpertServer):
+    """`look` for the first `looks` turns, then the game's walkthrough: a long episode that still wins."""
+
+    def __init__(self, tokenizer, plan: list[str], looks: int):
+        super().__init__(tokenizer, ["look"] * looks + plan)
+
+
+async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
+    tmp_path, tmp_path_factory, monkeypatch, shared_data
+):
+    """The shipped ALFWorld budget arithmetic on a real game: 26 harmless turns, then the walkthrough."""
+    tarball = shared_data / "alfworld" / "json_2.1.1_valid_seen.tar.xz"
+    monkeypatch.setenv("PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache"))  # as the ALFWorld tests
+    turns = 40
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(
+        "name: verl-alfworld\n"
+        f"environment: {{kind: alfworld, data_dir: {tarball}, train_split: valid_seen, eval_split: valid_seen,\n"
+        f"  task_types: [pick_and_place_simple], num_train_tasks: 1, num_eval_tasks: 1, max_turns: {turns}}}\n"
+        f"policy: {{max_new_tokens: 32, max_prompt_tokens: 2048, max_response_tokens: {turns * 300}}}\n"
+        "scaffold: {probe_fraction: 0.5}\n"
+        "trainer: {backend: verl, tasks_per_step: 1, group_size: 2, gpus_per_node: 1,\n"
+        "  rollout_engine: sglang, micro_batch_per_gpu: 1}\n"
+        f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}\n"
+    )
+    spec = load_spec(spec_path)
+    cfg = compose(write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False))
+    from pats.envs.alfworld.env import AlfworldEnv
+
+    env = AlfworldEnv(spec.environment)
+    task = env.tasks("train")[0]
+    plan = env.expert_plan(task)
+    await env.close()
+    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
+    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
+    worker = AgentLoopWorker(cfg, None)
+    looks = 30 - len(plan)
+    worker.llm_client = LookingServer(worker.tokenizer, plan, looks)
+
+    out = await worker.generate_sequences(proto(task_rows([task], "alfworld", validation=True)))
+
+    assert list(out.non_tensor_batch["turns"]) == [float(looks + len(plan))] and looks + len(plan) >= 30
+    assert list(out.non_tensor_batch["success"]) == [1.0] and list(out.non_tensor_batch["truncated"]) == [0.0]
+    prompt_len = int(out.batch["attention_mask"][0, :2048].sum())
+    valid = int(out.batch["attention_mask"][0, 2048:].sum())
+    assert prompt_len < 2048 and valid < spec.policy.max_response_tokens, "nothing was cut"
+    mask = out.batch["response_mask"][0, :valid].tolist()
+    runs = 1 + sum(a != b for a, b in zip(mask, mask[1:], strict=False))
+    assert runs == 2 * (looks + len(plan)) - 1 and mask[0] == 1 and mask[-1] == 1
+    assert float(out.batch["rm_scores"][0, valid - 1]) == 1.0 == float(out.batch["rm_scores"][0].sum())
