@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from pats.logging.events import read_events
 
@@ -103,11 +104,26 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_pat
     assert want["versions"], "the reference run made no scaffold version: nothing would be compared"
     assert got["versions"] == want["versions"]
     assert got["rewards"] == want["rewards"]
-    assert summary_steps(run_dir) == summary_steps(tmp_path / "clean"), "metrics.jsonl lost or repeated a line"
+    got_metrics, want_metrics = step_metrics(run_dir), step_metrics(tmp_path / "clean")
+    assert [m["step"] for m in got_metrics] == [m["step"] for m in want_metrics], "metrics.jsonl lost or repeated a line"
+    # The values too (wall times aside): the resumed step is the step the uninterrupted run took.
+    untimed = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in got_metrics]
+    assert untimed == [{k: v for k, v in m.items() if not k.startswith("time/")} for m in want_metrics]
+    # And the policy after it: the same adapter weights, to the bit.
+    got_w, want_w = adapter(run_dir), adapter(tmp_path / "clean")
+    assert got_w.keys() == want_w.keys() and got_w
+    assert all(torch.equal(got_w[k], want_w[k]) for k in got_w), "the resumed update differs"
 
 
-def summary_steps(run_dir: Path) -> list[int]:
-    return [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def step_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def adapter(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    (weights,) = (run_dir / "checkpoints" / "step_000001" / "policy").rglob("*.safetensors")
+    return load_file(weights)
 
 
 def test_a_killed_jvm_fails_one_episode_and_the_run_goes_on(repo, tmp_path, kill_jvm_on_step):
