@@ -13,10 +13,9 @@ import json
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from pats.testing.verl import require_verl_or_skip
+from pats.testing.verl import require_verl_or_skip, rows_batch
 
 require_verl_or_skip()
 import torch
@@ -122,20 +121,7 @@ def batch(spec, train_ids: list[int], val: bool, n: int, step: int = 1) -> DataP
 
 
 def proto(rows: list[dict], step: int = 1) -> DataProto:
-    columns = {
-        "raw_prompt": [r["prompt"] for r in rows],
-        "extra_info": [r["extra_info"] for r in rows],
-        "agent_name": [r["agent_name"] for r in rows],
-        "data_source": [r["data_source"] for r in rows],
-        "index": [r["extra_info"]["index"] for r in rows],
-        "uid": [f"{r['agent_name']}-{r['extra_info']['task_id']}" for r in rows],
-        "global_steps": [step] * len(rows),
-    }
-    non_tensor = {}
-    for key, values in columns.items():
-        non_tensor[key] = np.empty(len(rows), dtype=object)
-        non_tensor[key][:] = values
-    return DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={})
+    return rows_batch(rows, step)
 
 
 @pytest.fixture(scope="module")

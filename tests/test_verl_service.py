@@ -12,10 +12,9 @@ import json
 
 import pytest
 
-from pats.testing.verl import require_verl_or_skip
+from pats.testing.verl import require_verl_or_skip, rows_batch
 
 require_verl_or_skip()
-import numpy as np
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
@@ -66,19 +65,7 @@ def step_batch(spec, step: int) -> DataProto:
     env = TwxEnv(spec.environment)
     rows = [r for r in task_rows(env.tasks("train")[:1], "twx", validation=False) for _ in range(3)]
     rows += task_rows(env.tasks("eval"), "twx", validation=True)
-    columns = {
-        "raw_prompt": [r["prompt"] for r in rows],
-        "extra_info": [r["extra_info"] for r in rows],
-        "agent_name": [r["agent_name"] for r in rows],
-        "index": [r["extra_info"]["index"] for r in rows],
-        "uid": [f"step{step}-{r['agent_name']}-{r['extra_info']['task_id']}" for r in rows],
-        "global_steps": [step] * len(rows),
-    }
-    non_tensor = {}
-    for key, values in columns.items():
-        non_tensor[key] = np.empty(len(rows), dtype=object)
-        non_tensor[key][:] = values
-    return DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={})
+    return rows_batch(rows, step, uid_prefix=f"step{step}-")
 
 
 def prompt_text(out, i: int, tokenizer) -> str:

@@ -40,3 +40,25 @@ def twx_verl_spec(path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n")
     return path
+
+
+def rows_batch(rows: list[dict], step: int = 1, uid_prefix: str = ""):
+    """Task rows (pats.backends.verl.data.task_rows) as the DataProto verl's dataset and trainer hand
+    to the agent loops at `global_steps` = step; rows with the same loop and task share a uid (a group)."""
+    import numpy as np
+    from verl.protocol import DataProto
+
+    columns = {
+        "raw_prompt": [r["prompt"] for r in rows],
+        "extra_info": [r["extra_info"] for r in rows],
+        "agent_name": [r["agent_name"] for r in rows],
+        "data_source": [r["data_source"] for r in rows],
+        "index": [r["extra_info"]["index"] for r in rows],
+        "uid": [f"{uid_prefix}{r['agent_name']}-{r['extra_info']['task_id']}" for r in rows],
+        "global_steps": [step] * len(rows),
+    }
+    non_tensor = {}
+    for key, values in columns.items():
+        non_tensor[key] = np.empty(len(rows), dtype=object)
+        non_tensor[key][:] = values
+    return DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={})
