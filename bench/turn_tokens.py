@@ -58,7 +58,9 @@ async def turns(kind: str, tasks: int, count) -> tuple[list[int], list[int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=8, help="training tasks per environment")
     parser.add_argument("--kinds", nargs="+", default=list(SPECS), choices=list(SPECS))
     args = parser.parse_args()

@@ -77,7 +77,10 @@ class Episode:
                 result = StepResult(observation=before.observation, valid=False, invalid_reason=str(err))
         else:
             result = StepResult(
-                observation=before.observation, admissible=before.admissible, valid=False, invalid_reason=act.reason
+                observation=before.observation,
+                admissible=before.admissible,
+                valid=False,
+                invalid_reason=act.reason,
             )
         self.turns.append(
             Turn(

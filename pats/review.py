@@ -274,4 +274,3 @@ def _announce_streak(step: int, refused: Sequence[str]) -> None:
         file=sys.stderr,
         flush=True,
     )
-

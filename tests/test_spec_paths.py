@@ -43,7 +43,9 @@ def test_a_relative_bank_is_read_beside_the_spec_from_any_working_directory(tmp_
 def test_a_base_spec_path_is_read_beside_the_base_and_an_override_beside_the_caller(tmp_path, monkeypatch):
     write(tmp_path / "base" / "bank.json", json.dumps(BANK))
     static_spec(tmp_path / "base", "bank.json")
-    child = write(tmp_path / "child" / "deep" / "run.yaml", "defaults: [../../base/static.yaml]\nname: child\n")
+    child = write(
+        tmp_path / "child" / "deep" / "run.yaml", "defaults: [../../base/static.yaml]\nname: child\n"
+    )
     monkeypatch.chdir(tmp_path)
     assert load_spec(child).scaffold.initial_bank == str(tmp_path / "base" / "bank.json")
     overridden = load_spec(child, ["scaffold.initial_bank=base/bank.json"])

@@ -12,13 +12,18 @@ from pats.testing.engine import fake_engine
 from pats.testing.fakes import ScriptedBackend, improving_schedule
 
 
-def test_scaffold_versions_reach_wandb_as_tables_and_the_folder_as_an_artifact(tmp_path, count_tokens, monkeypatch):
+def test_scaffold_versions_reach_wandb_as_tables_and_the_folder_as_an_artifact(
+    tmp_path, count_tokens, monkeypatch
+):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     spec = ExperimentSpec.model_validate(
         {
             "name": "wandb-scaffold",
             "environment": {"kind": "twx", "num_eval_tasks": 4},
-            "scaffold": {"mode": "pats", "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300}},
+            "scaffold": {
+                "mode": "pats",
+                "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300},
+            },
             "trainer": {"steps": 4, "tasks_per_step": 4, "group_size": 4},
             "eval": {"every": 10, "at_start": False},
         }
@@ -40,7 +45,9 @@ def test_scaffold_versions_reach_wandb_as_tables_and_the_folder_as_an_artifact(t
     newest = json.loads(versions[-1].read_text())
     assert texts == {e["text"] for e in newest["entries"]}, "the last table is the last version's entries"
     staged = list((tmp_path / "wandb").rglob("*.wandb"))
-    assert staged and any(b"wandb-scaffold-scaffold" in p.read_bytes() for p in staged), "no scaffold artifact"
+    assert staged and any(b"wandb-scaffold-scaffold" in p.read_bytes() for p in staged), (
+        "no scaffold artifact"
+    )
 
 
 def test_pats_report_logs_the_report_to_the_runs_own_wandb_run(tmp_path, count_tokens, capsys):

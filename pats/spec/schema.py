@@ -56,7 +56,9 @@ def _partial(node: Any) -> Any:
             out["$ref"] = out["$ref"].replace("#/$defs/", "#/$defs/Partial")
         if isinstance(out.get("discriminator"), dict):
             mapping = out["discriminator"].get("mapping", {})
-            out["discriminator"]["mapping"] = {k: v.replace("#/$defs/", "#/$defs/Partial") for k, v in mapping.items()}
+            out["discriminator"]["mapping"] = {
+                k: v.replace("#/$defs/", "#/$defs/Partial") for k, v in mapping.items()
+            }
         return out
     if isinstance(node, list):
         return [_partial(v) for v in node]

@@ -21,7 +21,9 @@ def require_verl_or_skip() -> None:
         pytest.skip(f"verl not installed: {err}", allow_module_level=True)
 
 
-def twx_verl_spec(path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5", root: Path | None = None) -> Path:
+def twx_verl_spec(
+    path: Path, *extra: str, scaffold: str = "probe_fraction: 0.5", root: Path | None = None
+) -> Path:
     """Write a small verl spec on twc (4 training tasks, 2 held-out, 4 turns) to `path`; `extra` lines
     are appended (a later key wins), `root` is logging.root (default: beside the file)."""
     text = "\n".join(

@@ -84,7 +84,9 @@ class LocalBackend:
         played = []
         for plan, ids in shape:
             rollouts = tuple(seats[i].episode.record(scaffolded=i - ids[0] >= plan.probes) for i in ids)
-            group = RolloutGroup(step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=rollouts)
+            group = RolloutGroup(
+                step=step, task=plan.task, scaffold_version=plan.view.version, rollouts=rollouts
+            )
             played.append(Played(group, training=tuple(tuple(seats[i].played) for i in ids)))
         return played
 
@@ -133,7 +135,8 @@ class LocalBackend:
         while len(self.envs) < len(specs):
             self.envs.append(self.make_env())
         seats = [
-            Seat(Episode(rid, task, view), env) for (rid, task, view), env in zip(specs, self.envs, strict=False)
+            Seat(Episode(rid, task, view), env)
+            for (rid, task, view), env in zip(specs, self.envs, strict=False)
         ]
         await asyncio.gather(*(s.episode.reset(s.env.reset) for s in seats))
         prefixes = PrefixStore()  # system-prompt keys/values, valid while the weights stay the same
@@ -188,7 +191,11 @@ class LocalBackend:
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
             admissible = list(seat.episode.state.admissible) or None
             parses = seat.env.parses_output
-            out.append(read_output(text, admissible, parses, prompt_tokens=len(prompt), response_tokens=len(response)))
+            out.append(
+                read_output(
+                    text, admissible, parses, prompt_tokens=len(prompt), response_tokens=len(response)
+                )
+            )
             if response:
                 seat.played.append(GeneratedTurn(tuple(prompt), tuple(response)))
         return out

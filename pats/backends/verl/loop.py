@@ -199,7 +199,9 @@ class PatsAgentLoop(AgentLoopBase):
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             admissible = None if env.parses_output else (list(ep.state.admissible) or None)
             tokens = {"prompt_tokens": len(ids) - len(out.token_ids), "response_tokens": len(out.token_ids)}
-            await ep.step(read_output(text, admissible, env.parses_output, **tokens), lambda a: env.call("step", a))
+            await ep.step(
+                read_output(text, admissible, env.parses_output, **tokens), lambda a: env.call("step", a)
+            )
             state = ep.state
             messages.append({"role": "assistant", "content": text})
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
