@@ -163,19 +163,8 @@ def summarize(setting: str) -> str:
         inf, n = sum(c["informative_groups"] for c in cs), sum(c["groups"] for c in cs)
         wins, eps = sum(c["heldout"]["successes"] for c in cs), sum(c["heldout"]["episodes"] for c in cs)
         lo, hi = wilson(int(wins), eps)
-        diff = "n/a"
-        if cond != "pats" and "pats" in by:
-            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["pats"]}
-            a, b = outcomes(by["pats"], seeds), outcomes(cs, seeds)
-            if seeds:
-                d, dlo, dhi = paired_bootstrap(a, b)
-                diff = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
-        vs_none = "n/a"
-        if cond != "none" and "none" in by:
-            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["none"]}
-            if seeds:
-                d, dlo, dhi = paired_bootstrap(outcomes(cs, seeds), outcomes(by["none"], seeds))
-                vs_none = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
+        diff = paired(by.get("pats", []), cs) if cond != "pats" else "n/a"
+        vs_none = paired(cs, by.get("none", [])) if cond != "none" else "n/a"
         gaps = [[e.get("eval/likelihood_gap") for e in c["evals"]] for c in cs]
         gap = "; ".join(f"{fmt(g[0])} -> {fmt(g[-1])}" for g in gaps if g and g[0] is not None) or "n/a"
         rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {wins / max(eps, 1):.3f} "
@@ -213,6 +202,15 @@ def check_protocol(args, folder: Path) -> None:
                 f"{path} ran another protocol ({', '.join(f'{k}: {had.get(k)} here, {want.get(k)} now' for k in diff)}); "
                 f"give --campaign a new name for these sizes"
             )
+
+
+def paired(a: list[dict], b: list[dict], key: str = "heldout") -> str:
+    """a - b in held-out success with its paired bootstrap interval, over the seeds both have."""
+    seeds = {c["seed"] for c in a} & {c["seed"] for c in b}
+    if not seeds:
+        return "n/a"
+    d, lo, hi = paired_bootstrap(outcomes(a, seeds, key), outcomes(b, seeds, key))
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(seeds)} seeds)"
 
 
 def outcomes(cells: list[dict], seeds: set[int], key: str = "heldout") -> dict[str, list[float]]:
@@ -270,14 +268,7 @@ def summarize_fresh(setting: str) -> str:
         wins = sum(c["heldout_fresh"]["successes"] for c in cs)
         eps = sum(c["heldout_fresh"]["episodes"] for c in cs)
         lo, hi = wilson(int(wins), eps)
-        diff = "n/a"
-        if cond != "pats" and "pats" in by:
-            seeds = {c["seed"] for c in cs} & {c["seed"] for c in by["pats"]}
-            if seeds:
-                d, dlo, dhi = paired_bootstrap(
-                    outcomes(by["pats"], seeds, "heldout_fresh"), outcomes(cs, seeds, "heldout_fresh")
-                )
-                diff = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] ({len(seeds)} seeds)"
+        diff = paired(by.get("pats", []), cs, "heldout_fresh") if cond != "pats" else "n/a"
         rows.append(f"| {cond} | {len(cs)} | {wins / max(eps, 1):.3f} [{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} |")
     return "\n".join(rows)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -377,14 +377,19 @@ def _resolve(merged: dict, file: str) -> dict:
         raise SpecError(SpecIssue(key, f"cannot resolve interpolation: {msg}"), file=file) from None
 
 
-def _anchor_files(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
-    """`FILE_KEYS` made absolute against the directory of the layer that set them (see the module doc)."""
+def _file_slots(data: dict) -> Iterator[tuple[tuple, dict]]:
+    """(key, the mapping that holds key[-1]) for each `FILE_KEYS` entry present in `data`."""
     for key in FILE_KEYS:
-        parent = resolved
+        parent: Any = data
         for part in key[:-1]:
             parent = parent.get(part) if isinstance(parent, dict) else None
-        if not isinstance(parent, dict) or key[-1] not in parent:
-            continue
+        if isinstance(parent, dict) and parent.get(key[-1]) is not None:
+            yield key, parent
+
+
+def _anchor_files(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
+    """`FILE_KEYS` made absolute against the directory of the layer that set them (see the module doc)."""
+    for key, parent in _file_slots(resolved):
         value = parent[key[-1]]
         if isinstance(value, str):
             parent[key[-1]] = _absolute(value, origin.get(key))
@@ -399,13 +404,10 @@ def _anchor_files(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
 def missing_files(spec: ExperimentSpec) -> list[SpecIssue]:
     """One issue per `FILE_KEYS` value that names no existing file or folder (`pats validate`, and
     `pats run` before it loads a model)."""
-    data = spec.model_dump(mode="json")
     issues = []
-    for key in FILE_KEYS:
-        value: Any = data
-        for part in key:
-            value = value.get(part) if isinstance(value, dict) else None
-        for i, path in enumerate([value] if isinstance(value, str) else value or []):
+    for key, parent in _file_slots(spec.model_dump(mode="json")):
+        value = parent[key[-1]]
+        for i, path in enumerate([value] if isinstance(value, str) else value):
             if not Path(path).exists():
                 where = ".".join(key) + (f".{i}" if isinstance(value, list) else "")
                 issues.append(
