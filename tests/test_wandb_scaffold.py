@@ -78,7 +78,8 @@ def test_pats_report_logs_the_report_to_the_runs_own_wandb_run(tmp_path, count_t
 
     assert main(["report", str(tmp_path)]) == 0
     assert f"W&B run {sink.run_id}" in capsys.readouterr().out
-    # The same run id (W&B may write the resumed run into its own folder or the first one's).
-    runs = list((tmp_path / "wandb").glob(f"offline-run-*-{sink.run_id}"))
-    assert runs and not set((tmp_path / "wandb").glob("offline-run-*")) - set(runs), "one W&B run id"
+    # The resumed run gets a folder of its own, under the same id (W&B adds "-1" to its name when it
+    # starts within the same second as the first).
+    runs = sorted((tmp_path / "wandb").glob(f"offline-run-*-{sink.run_id}*"))
+    assert len(runs) == 2 and set(runs) == set((tmp_path / "wandb").glob("offline-run-*")), "one W&B run id"
     assert b"wandb-report-report" in b"".join(p.read_bytes() for r in runs for p in r.glob("*.wandb"))
