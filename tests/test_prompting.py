@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pats.envs.prompting import (
-    INSTRUCTIONS,
     MAX_ACTION_CHARS,
     PromptParts,
     instructions,
     parse_action,
     render_prompt,
 )
+from pats.spec.environments import TwxEnvSpec
 
 TASK = "Your task is to pick up objects, then place them in their usual locations in the environment."
 HISTORY = [
@@ -55,7 +55,7 @@ def test_admissible_actions_are_listed_when_given():
 def test_system_prompt_is_instructions_and_task_only():
     parts = render()
     assert parts.system == f"{instructions('twx', 'generate')}\n\nTask: {TASK}"
-    assert INSTRUCTIONS["twx"] in parts.system and "<action>" in parts.system
+    assert TwxEnvSpec.INSTRUCTIONS in parts.system and "<action>" in parts.system
     for pair in HISTORY:  # no history and no observation in the system part
         assert pair[1] not in parts.system
     assert "You see a bed." not in parts.system

@@ -32,7 +32,7 @@ from pats.envs.twx import TwxEnv
 from pats.models import resolve_model_dir
 from pats.scaffold.render import HEADER
 from pats.spec import load_spec
-from pats.spec.environments import ENV_TURN_TOKENS
+from pats.spec.environments import TwxEnvSpec
 from pats.spec.models import EMBEDDED_POLICY
 from pats.types import AddEdit
 
@@ -132,7 +132,7 @@ def smol():
 async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     # The loader refuses a budget that cannot hold max_turns of twx's typical turns (~180 tokens);
     # this test wants an episode cut by the budget at run time, so it lowers that estimate.
-    monkeypatch.setitem(ENV_TURN_TOKENS, "twx", 50)
+    monkeypatch.setattr(TwxEnvSpec, "TURN_TOKENS", 50)
     spec, cfg = make_spec(tmp_path)
     service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
     advice = "Read the task, then take the item it names."

@@ -10,14 +10,13 @@
 
 from pats.envs import alfworld, search_qa, twx, webshop
 from pats.envs.alfworld import AlfworldEnv
-from pats.envs.prompting import INSTRUCTIONS, PromptParts, instructions, parse_action, render_prompt
+from pats.envs.prompting import PromptParts, instructions, parse_action, render_prompt
 from pats.envs.search_qa import SearchQaEnv
 from pats.envs.twx import TwxEnv
 from pats.envs.webshop import WebshopEnv
 
 __all__ = [
     "AlfworldEnv",
-    "INSTRUCTIONS",
     "PromptParts",
     "SearchQaEnv",
     "TwxEnv",

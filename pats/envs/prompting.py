@@ -6,10 +6,10 @@ when given, the admissible actions. The training scaffold is not added here: oth
 the system part later, so the prompt without scaffold is exactly what this function returns, and the
 deployment prompt stays byte-identical to the training prompt minus the guidance.
 
-Instruction texts are data (`INSTRUCTIONS`, `OUTPUT_FORMAT`), one entry per environment kind and per
-action mode; they state the rules and the answer format only, never advice on how to play (that is
-the scaffold's job, and the bare prompt is the evaluation prompt). Only a window of recent steps is
-shown (`history_window`, 2 by default): that is what worked for a 135M policy on TextWorld
+Instruction texts are data (each environment section's `INSTRUCTIONS` in pats.spec.environments, and
+`OUTPUT_FORMAT` here, one entry per action mode); they state the rules and the answer format only,
+never advice on how to play (that is the scaffold's job, and the bare prompt is the evaluation
+prompt). Only a window of recent steps is shown (`history_window`, 2 by default): that is what worked for a 135M policy on TextWorld
 Commonsense (task description, last two action/observation pairs, current observation). No
 reasoning tag (`<think>`) is asked for; a small policy spends its tokens better on the action.
 
@@ -25,36 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-INSTRUCTIONS: dict[str, str] = {
-    "twx": (
-        "You are playing a text-based game. Each turn you read what happened and choose one action "
-        "that brings you closer to finishing the task. Only the admissible actions work; anything "
-        "else wastes a turn."
-    ),
-    # The opening line of verl-agent's ALFWorld prompt (the published GiGPO/GRPO baselines).
-    "alfworld": (
-        "You are an expert agent operating in the ALFRED Embodied Environment, a text-based household "
-        "simulation. Each turn you read what happened and choose one action that brings you closer to "
-        "finishing the task. Only the admissible actions listed each turn work; anything else wastes a "
-        "turn."
-    ),
-    "webshop": (
-        "You are shopping on a web store for a customer. Each turn you see the current page and act "
-        "with search[your query] on a page with a search bar, or click[text] for a button, a product "
-        "id or an option value shown on the page; options such as size or colour are chosen by "
-        "clicking them on the product page. Clicking buy now ends the episode: the purchase is scored "
-        "on the product's type, attributes, chosen options and price against the instruction. Reply "
-        "with exactly one action, for example search[red running shoes] or click[buy now], and "
-        "nothing else."
-    ),
-    "search_qa": (
-        "Answer the question. You may search a knowledge base as often as you need: write "
-        "<search>your query</search> and the top results come back between <information> and "
-        "</information>. Each reply is read up to its first <search> or <answer> tag, so search "
-        "once per reply. When you know the answer, write it inside <answer> and </answer>, the "
-        "answer only, for example <answer>Beijing</answer>; the episode then ends."
-    ),
-}
+from pats.spec.environments import SECTIONS
 
 OUTPUT_FORMAT: dict[str, str] = {
     "generate": (
@@ -63,9 +34,6 @@ OUTPUT_FORMAT: dict[str, str] = {
     ),
     "score": "Reply with exactly one admissible action, and nothing else.",
 }
-# Environments whose actions are free text (a query, an answer): their instructions state the format,
-# and the environment itself reads the policy's whole output (see `Env.parses_output`).
-OWN_FORMAT = frozenset({"webshop", "search_qa"})
 
 MAX_ACTION_CHARS = 200
 FUZZY_CUTOFF = 0.9  # difflib ratio needed to accept a near-miss of an admissible action
@@ -82,16 +50,15 @@ class PromptParts:
 
 
 def instructions(env_kind: str, action_mode: Literal["generate", "score"]) -> str:
-    """The instruction text for an environment kind and how the policy answers."""
+    """The instruction text for an environment kind (its section's INSTRUCTIONS) and how the policy
+    answers (free-text environments state their own format)."""
     try:
-        text = INSTRUCTIONS[env_kind]
+        section = SECTIONS[env_kind]
     except KeyError:
-        raise KeyError(
-            f"no instructions for environment '{env_kind}'; known: {', '.join(INSTRUCTIONS)}"
-        ) from None
-    if env_kind in OWN_FORMAT:
-        return text
-    return f"{text}\n{OUTPUT_FORMAT[action_mode]}"
+        raise KeyError(f"no environment kind '{env_kind}'; known: {', '.join(SECTIONS)}") from None
+    if section.FREE_TEXT:
+        return section.INSTRUCTIONS
+    return f"{section.INSTRUCTIONS}\n{OUTPUT_FORMAT[action_mode]}"
 
 
 def render_prompt(

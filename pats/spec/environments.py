@@ -1,13 +1,22 @@
 """Environment sections of the spec, one model per `kind` (a discriminated union).
 
-Each model holds what its environment needs to list and start tasks. Paths a spec names are made
-absolute by the loader (relative to the spec file that names them); `pats validate` also checks that
-they exist.
+Each model holds what its environment needs to list and start tasks, and, as class attributes, what pats
+must know about the environment before one runs: its instructions, how many tokens a turn adds, whether
+its actions are free text, whether it has expert plans. Paths a spec names are made absolute by the
+loader (relative to the spec file that names them); `pats validate` also checks that they exist.
+
+Another package adds an environment kind through the entry point group `pats.environments`: the
+entry point's name is the kind and its value a subclass of `EnvironmentSection` whose `kind` is
+`Literal["<that name>"]`; the module that defines it registers the environment's factory with
+`pats.registry.ENVIRONMENTS` (docs/environments.md). Installed plugins join the union below when this
+module is first imported.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import warnings
+from importlib.metadata import entry_points
+from typing import Annotated, ClassVar, Literal, Union, get_args
 
 from pydantic import Field
 
@@ -26,15 +35,26 @@ AlfworldTaskType = Literal[
 ]
 ALFWORLD_TASK_TYPES: tuple[str, ...] = AlfworldTaskType.__args__  # type: ignore[attr-defined]
 
-# Tokens one turn adds to an episode besides the policy's output: the 90th percentile of the rendered
-# observation (with the admissible actions, where listed) along expert episodes, measured by
-# bench/turn_tokens.py (bench/results/turn_tokens.json, SmolLM2's tokenizer as a proxy), plus 16 for
-# the chat template's turn markers. verl keeps an episode as one growing chat, so its response budget
-# must hold max_turns of these (pats.spec.models checks it).
-ENV_TURN_TOKENS = {"twx": 180, "alfworld": 248, "webshop": 245, "search_qa": 532}
+ENTRY_POINT_GROUP = "pats.environments"
 
 
-class _EnvCommon(SpecModel):
+class EnvironmentSection(SpecModel):
+    """What every environment section has. A subclass sets `kind: Literal["<name>"] = "<name>"` and the
+    class attributes below."""
+
+    INSTRUCTIONS: ClassVar[str] = ""
+    """The rules and the answer format the policy reads first (never advice: that is the scaffold's)."""
+    TURN_TOKENS: ClassVar[int] = 256
+    """Tokens one turn adds to an episode besides the policy's output: the 90th percentile of the
+    rendered observation (with the admissible actions, where listed) along expert episodes
+    (bench/turn_tokens.py, SmolLM2's tokenizer as a proxy) plus 16 for the chat template's turn markers.
+    verl keeps an episode as one growing chat, so its response budget must hold max_turns of these."""
+    FREE_TEXT: ClassVar[bool] = False
+    """Actions are free text (a query, an answer): the instructions state the answer format, the policy
+    must generate, and the environment reads its whole output (`Env.parses_output`)."""
+    HAS_EXPERT: ClassVar[bool] = True
+    """The environment can give an expert plan for a task (the privileged expert card needs one)."""
+
     max_turns: int = Field(10, ge=1, le=200, description="Turns per episode before it counts as failed.")
     history_window: int = Field(
         2, ge=0, le=50, description="How many past action/observation pairs the prompt shows."
@@ -43,8 +63,15 @@ class _EnvCommon(SpecModel):
     num_eval_tasks: int = Field(128, ge=1, description="Held-out tasks used by evaluation.")
 
 
-class TwxEnvSpec(_EnvCommon):
+class TwxEnvSpec(EnvironmentSection):
     """TextWorldExpress games (ships its games; needs Java 17)."""
+
+    INSTRUCTIONS: ClassVar[str] = (
+        "You are playing a text-based game. Each turn you read what happened and choose one action "
+        "that brings you closer to finishing the task. Only the admissible actions work; anything "
+        "else wastes a turn."
+    )
+    TURN_TOKENS: ClassVar[int] = 180  # bench/results/turn_tokens.json
 
     kind: Literal["twx"] = "twx"
     game: TwxGame = "twc"
@@ -62,8 +89,17 @@ class TwxEnvSpec(_EnvCommon):
 AlfworldSplit = Literal["train", "valid_seen", "valid_unseen", "valid_train"]
 
 
-class AlfworldEnvSpec(_EnvCommon):
+class AlfworldEnvSpec(EnvironmentSection):
     """The real ALFWorld TextWorld-PDDL games."""
+
+    # The opening line of verl-agent's ALFWorld prompt (the published GiGPO/GRPO baselines).
+    INSTRUCTIONS: ClassVar[str] = (
+        "You are an expert agent operating in the ALFRED Embodied Environment, a text-based household "
+        "simulation. Each turn you read what happened and choose one action that brings you closer to "
+        "finishing the task. Only the admissible actions listed each turn work; anything else wastes a "
+        "turn."
+    )
+    TURN_TOKENS: ClassVar[int] = 248
 
     kind: Literal["alfworld"] = "alfworld"
     data_dir: str | None = Field(
@@ -91,8 +127,20 @@ class AlfworldEnvSpec(_EnvCommon):
     max_turns: int = Field(50, ge=1, le=200)
 
 
-class WebshopEnvSpec(_EnvCommon):
+class WebshopEnvSpec(EnvironmentSection):
     """WebShop's text protocol over a product catalog (bm25s search)."""
+
+    INSTRUCTIONS: ClassVar[str] = (
+        "You are shopping on a web store for a customer. Each turn you see the current page and act "
+        "with search[your query] on a page with a search bar, or click[text] for a button, a product "
+        "id or an option value shown on the page; options such as size or colour are chosen by "
+        "clicking them on the product page. Clicking buy now ends the episode: the purchase is scored "
+        "on the product's type, attributes, chosen options and price against the instruction. Reply "
+        "with exactly one action, for example search[red running shoes] or click[buy now], and "
+        "nothing else."
+    )
+    TURN_TOKENS: ClassVar[int] = 245
+    FREE_TEXT: ClassVar[bool] = True
 
     kind: Literal["webshop"] = "webshop"
     catalog: str | None = Field(
@@ -141,8 +189,19 @@ class HttpRetrieverSpec(SpecModel):
 RetrieverSpec = Annotated[Bm25RetrieverSpec | HttpRetrieverSpec, Field(discriminator="kind")]
 
 
-class SearchQaEnvSpec(_EnvCommon):
+class SearchQaEnvSpec(EnvironmentSection):
     """Search-R1 protocol: <search>, <information>, <answer>; exact-match reward."""
+
+    INSTRUCTIONS: ClassVar[str] = (
+        "Answer the question. You may search a knowledge base as often as you need: write "
+        "<search>your query</search> and the top results come back between <information> and "
+        "</information>. Each reply is read up to its first <search> or <answer> tag, so search "
+        "once per reply. When you know the answer, write it inside <answer> and </answer>, the "
+        "answer only, for example <answer>Beijing</answer>; the episode then ends."
+    )
+    TURN_TOKENS: ClassVar[int] = 532
+    FREE_TEXT: ClassVar[bool] = True
+    HAS_EXPERT: ClassVar[bool] = False
 
     kind: Literal["search_qa"] = "search_qa"
     train_data: tuple[str, ...] = Field(
@@ -167,6 +226,54 @@ class SearchQaEnvSpec(_EnvCommon):
     )
 
 
-EnvironmentSpec = Annotated[
-    TwxEnvSpec | AlfworldEnvSpec | WebshopEnvSpec | SearchQaEnvSpec, Field(discriminator="kind")
-]
+BUILT_IN: tuple[type[EnvironmentSection], ...] = (
+    TwxEnvSpec,
+    AlfworldEnvSpec,
+    WebshopEnvSpec,
+    SearchQaEnvSpec,
+)
+
+
+def kind_of(section: type[EnvironmentSection]) -> str | None:
+    """The one name a section's `kind: Literal[...]` allows, or None."""
+    field = section.model_fields.get("kind")
+    names = get_args(field.annotation) if field is not None else ()
+    return names[0] if len(names) == 1 and isinstance(names[0], str) else None
+
+
+def plugin_sections() -> list[type[EnvironmentSection]]:
+    """The sections installed packages offer through `pats.environments` entry points. One that cannot
+    be loaded or is not a proper section is skipped with a warning that says why (a spec naming it then
+    gets the list of known kinds)."""
+    taken = {kind_of(s) for s in BUILT_IN}
+    found = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        where = f"environment plugin '{ep.name}' ({ep.value})"
+        try:
+            section = ep.load()
+        except Exception as err:  # a broken plugin must not stop the built-in environments
+            warnings.warn(f"{where} skipped: it failed to load: {err!r}", stacklevel=2)
+            continue
+        if not (isinstance(section, type) and issubclass(section, EnvironmentSection)):
+            problem = "its value must be a subclass of pats.spec.environments.EnvironmentSection"
+        elif kind_of(section) != ep.name:
+            problem = (
+                f'its class must declare kind: Literal["{ep.name}"] = "{ep.name}" (the entry point name)'
+            )
+        elif ep.name in taken:
+            problem = f"kind '{ep.name}' is already taken"
+        else:
+            taken.add(ep.name)
+            found.append(section)
+            continue
+        warnings.warn(f"{where} skipped: {problem}", stacklevel=2)
+    return found
+
+
+SECTIONS: dict[str, type[EnvironmentSection]] = {
+    kind_of(s): s
+    for s in (*BUILT_IN, *plugin_sections())  # type: ignore[misc]
+}
+"""Every environment kind a spec may name: the built-in ones, then installed plugins'."""
+
+EnvironmentSpec = Annotated[Union[tuple(SECTIONS.values())], Field(discriminator="kind")]  # noqa: UP007

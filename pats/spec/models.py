@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pats.spec.base import SpecModel, tag_or_default
-from pats.spec.environments import ENV_TURN_TOKENS, EnvironmentSpec
+from pats.spec.environments import EnvironmentSpec
 
 EMBEDDED_POLICY = "smollm2-135m-instruct"
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
@@ -364,9 +364,14 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 "it, or remove expert from scaffold.cards",
             )
         )
-    if spec.environment.kind == "search_qa" and "expert" in sc.cards:
-        out.append(("scaffold.cards", "search_qa has no expert plan; remove expert from scaffold.cards"))
-    if spec.policy.action == "score" and spec.environment.kind in ("search_qa", "webshop"):
+    if not spec.environment.HAS_EXPERT and "expert" in sc.cards:
+        out.append(
+            (
+                "scaffold.cards",
+                f"{spec.environment.kind} has no expert plan; remove expert from scaffold.cards",
+            )
+        )
+    if spec.policy.action == "score" and spec.environment.FREE_TEXT:
         out.append(
             (
                 "policy.action",
@@ -378,17 +383,17 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
     if tr.backend == "verl":
         env, pol = spec.environment, spec.policy
-        need = env.max_turns * ENV_TURN_TOKENS[env.kind]
+        need = env.max_turns * env.TURN_TOKENS
         if need > pol.max_response_tokens:
             out.append(
                 (
                     "policy.max_response_tokens",
                     f"verl keeps an episode as one chat: {env.max_turns} turns of {env.kind} take about "
-                    f"{ENV_TURN_TOKENS[env.kind]} tokens each before the policy writes anything ({need} in all; "
+                    f"{env.TURN_TOKENS} tokens each before the policy writes anything ({need} in all; "
                     f"bench/turn_tokens.py), more than max_response_tokens {pol.max_response_tokens}, so "
                     "episodes would be cut and their reward lost; raise max_response_tokens to at least "
                     f"{need + env.max_turns * min(pol.max_new_tokens, 64)} or lower environment.max_turns to "
-                    f"{max(1, pol.max_response_tokens // (ENV_TURN_TOKENS[env.kind] + min(pol.max_new_tokens, 64)))}",
+                    f"{max(1, pol.max_response_tokens // (env.TURN_TOKENS + min(pol.max_new_tokens, 64)))}",
                 )
             )
     if tr.backend == "verl" and spec.policy.lora is not None and spec.policy.lora.top_layers is not None:
