@@ -108,7 +108,10 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{condition}-s{seed}"
     start = time.time()
     what = run_condition(str(spec_file), [*CONDITIONS[condition], f"seed={seed}"], run_dir)
-    cache = run_dir / "report" / f"heldout_{args.heldout}" f"{f'_from{args.heldout_offset}' if args.heldout_offset else ''}.json"
+    cache = (
+        run_dir / "report" / f"heldout_{args.heldout}"
+        f"{f'_from{args.heldout_offset}' if args.heldout_offset else ''}.json"
+    )
     held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
     groups = [g for e in read_events(run_dir / "events.jsonl", "groups") for g in e["groups"]]
     run = read_run(run_dir)
@@ -186,7 +189,13 @@ def refresh(args, folder: Path) -> None:
         print(f"refreshed {path}")
 
 
-PER_RUN = ("conditions", "seeds", "report_only", "refresh", "fresh")  # arguments that may differ between invocations
+PER_RUN = (
+    "conditions",
+    "seeds",
+    "report_only",
+    "refresh",
+    "fresh",
+)  # arguments that may differ between invocations
 
 
 def check_protocol(args, folder: Path) -> None:
@@ -269,7 +278,9 @@ def summarize_fresh(setting: str) -> str:
         eps = sum(c["heldout_fresh"]["episodes"] for c in cs)
         lo, hi = wilson(int(wins), eps)
         diff = paired(by.get("pats", []), cs, "heldout_fresh") if cond != "pats" else "n/a"
-        rows.append(f"| {cond} | {len(cs)} | {wins / max(eps, 1):.3f} [{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} |")
+        rows.append(
+            f"| {cond} | {len(cs)} | {wins / max(eps, 1):.3f} [{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} |"
+        )
     return "\n".join(rows)
 
 
@@ -291,19 +302,32 @@ def main(argv=None) -> None:
     p.add_argument("--eval-tasks", type=int, default=4, help="dev tasks at the engine's evaluations")
     p.add_argument("--heldout", type=int, default=32, help="dev tasks of the final held-out test")
     p.add_argument("--samples", type=int, default=2, help="sampled episodes per held-out task")
-    p.add_argument("--heldout-offset", type=int, default=0,
-                   help="the held-out test uses dev tasks from this index on (a campaign of new conditions "
-                        "takes games earlier campaigns have not been tested on)")
+    p.add_argument(
+        "--heldout-offset",
+        type=int,
+        default=0,
+        help="the held-out test uses dev tasks from this index on (a campaign of new conditions "
+        "takes games earlier campaigns have not been tested on)",
+    )
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
-    p.add_argument("--refresh", action="store_true",
-                   help="re-read finished cells' run directories into their files (no training; after the "
-                        "record gains a field)")
-    p.add_argument("--fresh", action="store_true",
-                   help="replicate on the next --heldout dev tasks, never looked at: each finished cell's "
-                        "final checkpoint, no training (writes heldout_fresh into the cell files)")
-    p.add_argument("--campaign", default=None,
-                   help="folder name under bench/results/demonstration/ and bench/runs/demonstration/ "
-                        "(default: the setting); a protocol other than the default sizes needs its own")
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="re-read finished cells' run directories into their files (no training; after the "
+        "record gains a field)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="replicate on the next --heldout dev tasks, never looked at: each finished cell's "
+        "final checkpoint, no training (writes heldout_fresh into the cell files)",
+    )
+    p.add_argument(
+        "--campaign",
+        default=None,
+        help="folder name under bench/results/demonstration/ and bench/runs/demonstration/ "
+        "(default: the setting); a protocol other than the default sizes needs its own",
+    )
     args = p.parse_args(argv)  # fmt: skip
     args.campaign = args.campaign or args.setting
     folder = RESULTS / "demonstration" / args.campaign

@@ -250,7 +250,8 @@ def _tokens(prediction: Any) -> int:
     get_usage = getattr(prediction, "get_lm_usage", None)  # DSPy's Prediction; tests may pass plain objects
     usage = get_usage() if callable(get_usage) else None
     return sum(
-        int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0) for u in (usage or {}).values()
+        int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+        for u in (usage or {}).values()
     )
 
 
@@ -296,7 +297,9 @@ class LLMCaller:
         self._executor = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="pats-llm")
 
     def usage(self) -> LLMUsage:
-        return LLMUsage(calls=self.calls, seconds=self.seconds, tokens=self.tokens, faults=sum(self.faults.values()))
+        return LLMUsage(
+            calls=self.calls, seconds=self.seconds, tokens=self.tokens, faults=sum(self.faults.values())
+        )
 
     async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
         """`program(**inputs)`, retried on LLM faults; `parse` turns the prediction into the result and

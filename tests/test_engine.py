@@ -81,7 +81,9 @@ def test_mode_none_never_builds_a_scaffold(tmp_path, count_tokens):
     # No "with / without scaffold" split where there is no scaffold: only the training success.
     metrics = [e["metrics"] for e in read_events(tmp_path / "events.jsonl", "step_end")]
     assert all("train/success" in m for m in metrics)
-    assert not any(k.startswith(("train_with_scaffold/", "train_without_scaffold/")) for m in metrics for k in m)
+    assert not any(
+        k.startswith(("train_with_scaffold/", "train_without_scaffold/")) for m in metrics for k in m
+    )
 
 
 def test_every_rollout_of_a_group_sees_one_version(tmp_path, count_tokens):
@@ -97,7 +99,9 @@ def test_every_rollout_of_a_group_sees_one_version(tmp_path, count_tokens):
     # The with / without split is reported exactly for the steps whose groups carried a scaffold.
     carried = {step for step, _, version in backend.seen_views if version}
     ends = read_events(tmp_path / "events.jsonl", "step_end")
-    assert carried and all(("train_with_scaffold/success" in e["metrics"]) == (e["step"] in carried) for e in ends)
+    assert carried and all(
+        ("train_with_scaffold/success" in e["metrics"]) == (e["step"] in carried) for e in ends
+    )
 
 
 class SlowReviser:

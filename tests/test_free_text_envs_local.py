@@ -27,7 +27,9 @@ def play(spec):
     async def go():
         try:
             (played,) = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
-            return played.group, dict(zip((r.id for r in played.group.rollouts), played.training, strict=True))
+            return played.group, dict(
+                zip((r.id for r in played.group.rollouts), played.training, strict=True)
+            )
         finally:
             await backend.close()
             await env.close()

@@ -54,7 +54,9 @@ def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
     (batch,) = batches
     position = 0
     for group, xs in zip((p.group for p in played), rewards, strict=True):
-        advantages = group_advantages(torch.tensor(xs, dtype=torch.float64), spec.trainer.normalize_advantage_std)
+        advantages = group_advantages(
+            torch.tensor(xs, dtype=torch.float64), spec.trainer.normalize_advantage_std
+        )
         assert len(set(advantages.tolist())) == 4
         for i, (rollout, adv) in enumerate(zip(group.rollouts, advantages.tolist(), strict=True)):
             assert rollout.scaffolded == (i >= 2)
@@ -67,5 +69,9 @@ def test_each_rollouts_reward_reaches_its_items_with_the_group_advantage(repo):
                 prompt = backend.policy.tokenizer.decode(item.prompt_ids)
                 assert (GUIDANCE in prompt) == rollout.scaffolded, rollout.id
                 assert len(item.prompt_ids) == turn.prompt_tokens
-                assert backend.policy.tokenizer.decode(item.candidates[item.chosen]).strip().startswith(turn.action)
+                assert (
+                    backend.policy.tokenizer.decode(item.candidates[item.chosen])
+                    .strip()
+                    .startswith(turn.action)
+                )
     assert position == len(batch)

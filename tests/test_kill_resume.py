@@ -43,7 +43,12 @@ def start(repo: Path, root: Path, name: str, *extra: str) -> subprocess.Popen:
     cmd += [f"logging.root={root}", f"name={name}", *extra]
     env = {**os.environ, "WANDB_MODE": "offline"}
     return subprocess.Popen(
-        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd,
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,  # its own process group, so the test can clean up its JVMs
     )
 
@@ -79,7 +84,9 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_pat
     try:
         deadline = time.monotonic() + 600
         while not (latest.is_file() and json.loads(latest.read_text())["step"] == 0):
-            assert killed.poll() is None, f"the run ended before it could be killed: {killed.communicate()[0][-2000:]}"
+            assert killed.poll() is None, (
+                f"the run ended before it could be killed: {killed.communicate()[0][-2000:]}"
+            )
             assert time.monotonic() < deadline, "no checkpoint of step 0 within 10 minutes"
             time.sleep(0.2)
         time.sleep(3.0)  # into step 1: rolling out or updating, nothing of it on disk yet
@@ -93,7 +100,11 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_pat
 
     resumed = subprocess.run(
         [sys.executable, "-m", "pats", "run", "--resume", str(run_dir)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "offline"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "WANDB_MODE": "offline"},
     )
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     finish(clean)
@@ -105,7 +116,9 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_pat
     assert got["versions"] == want["versions"]
     assert got["rewards"] == want["rewards"]
     got_metrics, want_metrics = step_metrics(run_dir), step_metrics(tmp_path / "clean")
-    assert [m["step"] for m in got_metrics] == [m["step"] for m in want_metrics], "metrics.jsonl lost or repeated a line"
+    assert [m["step"] for m in got_metrics] == [m["step"] for m in want_metrics], (
+        "metrics.jsonl lost or repeated a line"
+    )
     # The values too (wall times aside): the resumed step is the step the uninterrupted run took.
     untimed = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in got_metrics]
     assert untimed == [{k: v for k, v in m.items() if not k.startswith("time/")} for m in want_metrics]

@@ -232,7 +232,10 @@ def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_di
     assert stats["loss"] == pytest.approx(alone_stats["loss"], abs=1e-6)
     for a, b in zip(shared.params, alone.params, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
-    assert any(not torch.equal(a, b) for a, b in zip(shared.params, _trainable(LocalPolicy(spec, trainer, seed=4)), strict=True))
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(shared.params, _trainable(LocalPolicy(spec, trainer, seed=4)), strict=True)
+    )
 
 
 def test_top_layers_puts_adapters_on_the_last_layers_only(tiny_model_dir):

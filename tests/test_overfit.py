@@ -23,10 +23,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_updates_on_one_task_raise_its_success(repo):
-    spec = load_spec(repo / "experiments/quickstart.yaml", [
-        "environment.params.numItemsToPutAway=1", "environment.max_turns=5", "trainer.group_size=8",
-        "trainer.lr=1e-3", "scaffold.mode=none", "scaffold.cards=[outcome,contrast,failure,utility]",
-    ])
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        [
+            "environment.params.numItemsToPutAway=1",
+            "environment.max_turns=5",
+            "trainer.group_size=8",
+            "trainer.lr=1e-3",
+            "scaffold.mode=none",
+            "scaffold.cards=[outcome,contrast,failure,utility]",
+        ],
+    )
     make_env = make_env_factory(spec)
     backend = LocalBackend(spec, make_env)
     env = make_env()

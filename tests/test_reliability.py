@@ -153,11 +153,15 @@ def engine_for(tmp_path, count_tokens, backend, **trainer) -> Engine:
 
 
 def test_nonfinite_updates_stop_the_run_only_when_k_come_in_a_row(tmp_path, count_tokens):
-    ok = engine_for(tmp_path / "a", count_tokens, Nonfinite([True, False, True, False]), max_nonfinite_updates=2)
+    ok = engine_for(
+        tmp_path / "a", count_tokens, Nonfinite([True, False, True, False]), max_nonfinite_updates=2
+    )
     asyncio.run(ok.run())
     assert [e["step"] for e in read_events(tmp_path / "a" / "events.jsonl", "step_end")] == [0, 1, 2, 3]
 
-    bad = engine_for(tmp_path / "b", count_tokens, Nonfinite([False, True, True, False]), max_nonfinite_updates=2)
+    bad = engine_for(
+        tmp_path / "b", count_tokens, Nonfinite([False, True, True, False]), max_nonfinite_updates=2
+    )
     with pytest.raises(TrainingError, match="2 updates in a row.*trainer.lr"):
         asyncio.run(bad.run())
     bad.events.close()

@@ -110,7 +110,12 @@ def test_llm_calls_and_their_latency_reach_the_step_metrics(tmp_path, count_toke
     assert all(m["review/llm_faults"] == 0 for m in ends)
     for m in ends:
         if m["review/llm_calls"]:
-            assert m["review/llm_seconds_per_call"] >= 0.2 and m["review/llm_seconds"] >= 0.2 * m["review/llm_calls"]
+            assert (
+                m["review/llm_seconds_per_call"] >= 0.2
+                and m["review/llm_seconds"] >= 0.2 * m["review/llm_calls"]
+            )
             # The scripted server reports 1 prompt + 1 completion token per answer.
-            assert m["review/llm_tokens"] == 2 * m["review/llm_calls"] and m["review/llm_tokens_per_call"] == 2
+            assert (
+                m["review/llm_tokens"] == 2 * m["review/llm_calls"] and m["review/llm_tokens_per_call"] == 2
+            )
             assert m["time/review_overlap_s"] <= m["time/review_s"] + 1e-9

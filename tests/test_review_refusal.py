@@ -126,7 +126,9 @@ def test_the_engine_keeps_training_when_the_store_refuses_a_set(tmp_path, count_
     scaffold = PassEverything(
         build_scaffold_policy(spec, tmp_path / "scaffold", count_tokens, FakeEnv(num_tasks=4).expert_plan)
     )
-    engine = fake_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=3), count_tokens, scaffold)
+    engine = fake_engine(
+        spec, tmp_path, ScriptedBackend(improving_schedule(), seed=3), count_tokens, scaffold
+    )
     asyncio.run(engine.run())
     engine.events.close()
 

@@ -269,7 +269,9 @@ O1, C1 = "c3-t1-outcome", "c3-t1-contrast"
 async def test_entries_the_llm_judge_grades_harmful_or_stale_are_withdrawn(valid):
     cards = [outcome("t1", 0.5), contrast("t1", ["open washer"]), outcome("t2", 0.0)]
     verdicts = (
-        Verdict(entry_id="s_old", label="stale", reason="the policy opens containers unprompted", cites=(O1,)),
+        Verdict(
+            entry_id="s_old", label="stale", reason="the policy opens containers unprompted", cites=(O1,)
+        ),
         Verdict(entry_id="s_new", label="helpful", cites=(C1,)),
         Verdict(entry_id="plan1", label="harmful", reason="it names the wrong washer", cites=(C1, O1)),
         Verdict(entry_id="g", label="harmful", cites=(O1,)),  # general guidance is never the type's to drop
@@ -281,7 +283,11 @@ async def test_entries_the_llm_judge_grades_harmful_or_stale_are_withdrawn(valid
     assert deletes["s_old"].reason == "the judge graded it stale: the policy opens containers unprompted"
     assert set(deletes["plan1"].cites) >= {C1, O1}
     valid(edits, R, cards, BANK)
-    assert not [e for e in await RulesReviser(False, 2).revise(3, assessment, cards, BANK) if isinstance(e, DeleteEdit)]
+    assert not [
+        e
+        for e in await RulesReviser(False, 2).revise(3, assessment, cards, BANK)
+        if isinstance(e, DeleteEdit)
+    ]
 
 
 @pytest.mark.parametrize(

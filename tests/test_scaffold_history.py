@@ -17,7 +17,10 @@ def spec() -> ExperimentSpec:
         {
             "name": "history",
             "environment": {"kind": "twx", "num_eval_tasks": 4},
-            "scaffold": {"mode": "pats", "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300}},
+            "scaffold": {
+                "mode": "pats",
+                "budget": {"max_entries": 12, "max_tokens": 600, "view_tokens": 300},
+            },
             "trainer": {"steps": 30, "tasks_per_step": 4, "group_size": 4},
             "eval": {"every": 100, "at_start": False},
         }
@@ -61,7 +64,11 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     # --at STEP: the version the step's rollouts were pinned to, as the event log says.
     groups = {e["step"]: e["groups"] for e in read_events(tmp_path / "events.jsonl", "groups")}
     step = next(s for s in sorted(groups) if s > 0 and groups[s][0]["version"] != groups[0][0]["version"])
-    pinned = next(json.loads(p.read_text()) for p in versions if json.loads(p.read_text())["hash"] == groups[step][0]["version"])
+    pinned = next(
+        json.loads(p.read_text())
+        for p in versions
+        if json.loads(p.read_text())["hash"] == groups[step][0]["version"]
+    )
     assert main(["scaffold", str(tmp_path), "--at", str(step)]) == 0
     at = capsys.readouterr().out
     assert at.startswith(f"at step {step}: version ") and f"hash {pinned['hash']}" in at

@@ -225,7 +225,6 @@ def test_an_override_that_changes_a_sections_kind_says_what_it_drops(repo):
     assert spec.trainer.steps != 150  # dropped, as announced
 
 
-
 def test_a_setting_of_another_kind_says_which_kind_uses_it(write):
     verl = GOOD + "trainer: {backend: verl, on_env_fault: train}\n"
     issue = one(write("s.yaml", verl))
@@ -261,6 +260,9 @@ def test_a_verl_episode_that_cannot_fit_its_response_budget_is_refused_with_the_
     issue = one(write("s.yaml", spec))
     assert issue.path == "policy.max_response_tokens"
     assert "50 turns of alfworld" in issue.message and "12400" in issue.message and "4096" in issue.message
-    assert "raise max_response_tokens to at least" in issue.message and "lower environment.max_turns" in issue.message
+    assert (
+        "raise max_response_tokens to at least" in issue.message
+        and "lower environment.max_turns" in issue.message
+    )
     fits = spec.replace("max_response_tokens: 4096", "max_response_tokens: 16384")
     assert load_spec(write("ok.yaml", fits)).policy.max_response_tokens == 16384

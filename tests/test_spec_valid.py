@@ -73,8 +73,12 @@ def test_every_shipped_spec_file_fits_the_editor_schema_derived_ones_too():
         problems = [e.message for e in validator.iter_errors(yaml.safe_load((REPO / path).read_text()))]
         assert not problems, (path, problems)
     assert not list(validator.iter_errors({"defaults": ["base.yaml"], "trainer": {"steps": 5}}))
-    assert [e.message for e in validator.iter_errors({"name": "x"})] == ["'environment' is a required property"]
-    assert list(validator.iter_errors({"defaults": ["base.yaml"], "trainer": {"stepz": 5}})), "typos still flagged"
+    assert [e.message for e in validator.iter_errors({"name": "x"})] == [
+        "'environment' is a required property"
+    ]
+    assert list(validator.iter_errors({"defaults": ["base.yaml"], "trainer": {"stepz": 5}})), (
+        "typos still flagged"
+    )
 
 
 def test_schema_check_detects_drift(tmp_path, capsys):

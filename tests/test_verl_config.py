@@ -117,7 +117,10 @@ def test_export_writes_a_recognizable_launch_script_and_task_rows(tmp_path):
         ("pats_validation_scaffold", "pats/twx/with_scaffold")
     ] * 2  # verl reports validation per data source: the two passes side by side (the reliance gap)
     assert "PatsScaffoldValidationLoop" in (tmp_path / "twx" / "agent_loops.yaml").read_text()
-    export_verl(twx.model_copy(update={"eval": twx.eval.model_copy(update={"with_scaffold": False})}), tmp_path / "bare")
+    export_verl(
+        twx.model_copy(update={"eval": twx.eval.model_copy(update={"with_scaffold": False})}),
+        tmp_path / "bare",
+    )
     assert {r["agent_name"] for r in pq.read_table(tmp_path / "bare" / "val.parquet").to_pylist()} == {
         "pats_validation"
     }

@@ -231,12 +231,18 @@ async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_r
     tmp_path, monkeypatch
 ):
     _, service, worker, task, _ = await expert_worker(tmp_path, monkeypatch, "eval")
-    version = service.scaffold.store.apply([AddEdit(kind="skill", scope="general", text="Look first.")], step=0)
+    version = service.scaffold.store.apply(
+        [AddEdit(kind="skill", scope="general", text="Look first.")], step=0
+    )
 
-    out = await worker.generate_sequences(proto(task_rows([task], "twx", validation=True, with_scaffold=True)))
+    out = await worker.generate_sequences(
+        proto(task_rows([task], "twx", validation=True, with_scaffold=True))
+    )
 
     assert list(out.non_tensor_batch["scaffold_version"]) == [version.hash]
-    assert list(out.non_tensor_batch["scaffolded"]) == [True] and list(out.non_tensor_batch["success"]) == [1.0]
+    assert list(out.non_tensor_batch["scaffolded"]) == [True] and list(out.non_tensor_batch["success"]) == [
+        1.0
+    ]
     prompt_len = int(out.batch["attention_mask"][0, :PROMPT].sum())
     assert "- Look first." in worker.tokenizer.decode(out.batch["prompts"][0, PROMPT - prompt_len :].tolist())
     state = await service.state()
@@ -255,7 +261,9 @@ async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
 ):
     """The shipped ALFWorld budget arithmetic on a real game: 26 harmless turns, then the walkthrough."""
     tarball = shared_data / "alfworld" / "json_2.1.1_valid_seen.tar.xz"
-    monkeypatch.setenv("PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache"))  # as the ALFWorld tests
+    monkeypatch.setenv(
+        "PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache")
+    )  # as the ALFWorld tests
     turns = 40
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(

@@ -137,5 +137,11 @@ async def test_groups_pin_one_version_and_revisions_land_between_steps(tmp_path,
     # The local engine's step metrics, in metrics.jsonl as a local run writes them.
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
-    for key in ("train/informative_fraction", "train/success", "scaffold/entries", "review/llm_faults", "edits/ADD"):
+    for key in (
+        "train/informative_fraction",
+        "train/success",
+        "scaffold/entries",
+        "review/llm_faults",
+        "edits/ADD",
+    ):
         assert all(key in m for m in metrics), key

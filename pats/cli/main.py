@@ -281,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--version", type=int, metavar="N", help="print version N in full instead")
     which.add_argument("--at", type=int, metavar="STEP", help="print the version the rollouts of STEP saw")
-    which.add_argument("--diff", type=int, nargs=2, metavar=("A", "B"), help="what changed from version A to B")
+    which.add_argument(
+        "--diff", type=int, nargs=2, metavar=("A", "B"), help="what changed from version A to B"
+    )
     p.set_defaults(func=cmd_scaffold)
 
     p = sub.add_parser(

@@ -84,7 +84,17 @@ class WandbSink:
         import wandb
 
         rows = [
-            [version.number, e.id, e.kind, e.scope, e.text, e.tokens, e.created_step, e.updated_step, " ".join(e.cites)]
+            [
+                version.number,
+                e.id,
+                e.kind,
+                e.scope,
+                e.text,
+                e.tokens,
+                e.created_step,
+                e.updated_step,
+                " ".join(e.cites),
+            ]
             for e in version.entries
         ]
         self._run.log({"scaffold/entries": wandb.Table(columns=list(self.COLUMNS), data=rows)}, step=step)
@@ -100,7 +110,9 @@ class WandbSink:
         self._run.finish()
 
 
-def log_report_artifact(run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str) -> None:
+def log_report_artifact(
+    run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str
+) -> None:
     """`pats report`'s folder as an artifact `<name>-report` of the run's own W&B run (resumed by id;
     offline, `wandb sync` uploads it to the same run)."""
     import wandb
@@ -114,4 +126,3 @@ def log_report_artifact(run_dir: Path, project: str, entity: str | None, mode: s
     artifact.add_dir(str(run_dir / "report"))
     run.log_artifact(artifact)
     run.finish()
-

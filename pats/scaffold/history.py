@@ -93,7 +93,14 @@ def format_version(version: ScaffoldVersion) -> str:
     return "\n".join([head, *(_line("*", e) for e in version.entries)])
 
 
-STYLES = {"  + ": "green", "  - ": "red", "  ~ ": "yellow", "  * ": "", "version ": "bold", "at step ": "bold"}
+STYLES = {
+    "  + ": "green",
+    "  - ": "red",
+    "  ~ ": "yellow",
+    "  * ": "",
+    "version ": "bold",
+    "at step ": "bold",
+}
 
 
 def print_text(text: str) -> None:
@@ -111,4 +118,3 @@ def print_text(text: str) -> None:
     for line in text.splitlines():
         style = next((s for prefix, s in STYLES.items() if line.startswith(prefix)), "")
         console.print(Text(line, style=style))
-

@@ -112,7 +112,10 @@ def _sections_with(key: str) -> list[str]:
             found.append(prefix)
         for name, field in model.model_fields.items():
             # The section itself (a model or a union of kinds) or the models a list of it holds.
-            subs = {*_model_choices(field.annotation).values(), *_model_choices(_item_type(field.annotation)).values()}
+            subs = {
+                *_model_choices(field.annotation).values(),
+                *_model_choices(_item_type(field.annotation)).values(),
+            }
             for sub in subs - seen:
                 walk(sub, f"{prefix}.{name}" if prefix else name, seen | {sub})
 

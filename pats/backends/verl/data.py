@@ -34,7 +34,9 @@ from pats.types import Task
 TRAIN_FILE, VAL_FILE = "train.parquet", "val.parquet"
 
 
-def task_rows(tasks: Sequence[Task], env_kind: str, validation: bool, with_scaffold: bool = False) -> list[dict]:
+def task_rows(
+    tasks: Sequence[Task], env_kind: str, validation: bool, with_scaffold: bool = False
+) -> list[dict]:
     """verl rows for `tasks`; `validation` picks the loop that never adds a scaffold, `with_scaffold`
     (validation only) the one that plays under the current scaffold."""
     system = instructions(env_kind, "generate")
