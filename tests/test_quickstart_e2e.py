@@ -136,7 +136,7 @@ def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):
         history,
         state.observation,
         list(state.admissible),
-        spec.environment.history_window,
+        spec.environment.window,
     )
     bare = Episode("e", task, EMPTY_VIEW, state=state, history=history)
     assert backend._prompt_ids(bare, list(state.admissible)) == chat(plain.system, plain.user)

@@ -255,14 +255,42 @@ def test_an_override_whose_value_names_a_yaml_file_is_an_override(write, capsys,
 def test_a_verl_episode_that_cannot_fit_its_response_budget_is_refused_with_the_numbers(write):
     spec = (
         "name: x\nenvironment: {kind: alfworld, max_turns: 50}\n"
-        "policy: {action: generate, max_new_tokens: 256, max_response_tokens: 4096}\ntrainer: {backend: verl}\n"
+        "policy: {action: generate, max_new_tokens: 256}\ntrainer: {backend: verl, max_response_tokens: 4096}\n"
     )
     issue = one(write("s.yaml", spec))
-    assert issue.path == "policy.max_response_tokens"
+    assert issue.path == "trainer.max_response_tokens"
     assert "50 turns of alfworld" in issue.message and "12400" in issue.message and "4096" in issue.message
     assert (
         "raise max_response_tokens to at least" in issue.message
         and "lower environment.max_turns" in issue.message
     )
     fits = spec.replace("max_response_tokens: 4096", "max_response_tokens: 16384")
-    assert load_spec(write("ok.yaml", fits)).policy.max_response_tokens == 16384
+    assert load_spec(write("ok.yaml", fits)).trainer.max_response_tokens == 16384
+
+
+def test_verl_refuses_a_history_window_and_local_leaves_it_to_the_environment(write):
+    verl = "name: x\nenvironment: {kind: twx, max_turns: 2, history_window: 2}\npolicy: {action: generate}\n"
+    issue = one(write("s.yaml", verl + "trainer: {backend: verl}\n"))
+    assert issue.path == "environment.history_window"
+    assert "one growing chat" in issue.message and "remove history_window" in issue.message
+    unset = load_spec(write("u.yaml", verl.replace(", history_window: 2", "") + "trainer: {backend: verl}\n"))
+    assert unset.environment.history_window is None
+    local = load_spec(write("l.yaml", verl.replace(", history_window: 2", "")))
+    assert local.environment.window == 2  # the environment's own default on the local backend
+    assert load_spec(write("w.yaml", verl)).environment.window == 2
+
+
+def test_the_verl_token_budgets_are_trainer_settings_and_the_old_place_says_so(write):
+    import pytest
+
+    from pats.errors import SpecNotice
+
+    old = "name: x\nenvironment: {kind: twx, max_turns: 2}\npolicy: {action: generate, max_response_tokens: 2048}\n"
+    with pytest.warns(SpecNotice, match=r"policy.max_response_tokens \(.*s.yaml:3\) is now trainer.*moved"):
+        spec = load_spec(write("s.yaml", old + "trainer: {backend: verl}\n"))
+    assert spec.trainer.max_response_tokens == 2048  # nothing lost
+    with pytest.warns(SpecNotice, match="only the verl backend reads it, so it is dropped"):
+        assert load_spec(write("o.yaml", old)).trainer.backend == "local"
+    local = "trainer: {backend: local, max_prompt_tokens: 512}\n"
+    issue = one(write("l.yaml", GOOD + local))
+    assert issue.path == "trainer.max_prompt_tokens" and "backend verl only" in issue.message

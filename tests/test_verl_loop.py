@@ -49,11 +49,11 @@ def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE):
                 "name: verl-loop",
                 "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
                 f"  num_train_tasks: 2, num_eval_tasks: 1, max_turns: {max_turns}}}",
-                f"policy: {{max_new_tokens: {MAX_NEW}, max_prompt_tokens: {PROMPT}, "
-                f"max_response_tokens: {response}}}",
+                f"policy: {{max_new_tokens: {MAX_NEW}}}",
                 "scaffold: {probe_fraction: 0.5}",
-                "trainer: {backend: verl, tasks_per_step: 1, group_size: 2, gpus_per_node: 1,",
-                "  rollout_engine: sglang, micro_batch_per_gpu: 1}",
+                f"trainer: {{backend: verl, max_prompt_tokens: {PROMPT}, max_response_tokens: {response},",
+                "  tasks_per_step: 1, group_size: 2, gpus_per_node: 1, rollout_engine: sglang,",
+                "  micro_batch_per_gpu: 1}",
                 f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}",
             ]
         )
@@ -270,9 +270,10 @@ async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
         "name: verl-alfworld\n"
         f"environment: {{kind: alfworld, data_dir: {tarball}, train_split: valid_seen, eval_split: valid_seen,\n"
         f"  task_types: [pick_and_place_simple], num_train_tasks: 1, num_eval_tasks: 1, max_turns: {turns}}}\n"
-        f"policy: {{max_new_tokens: 32, max_prompt_tokens: 2048, max_response_tokens: {turns * 300}}}\n"
+        "policy: {max_new_tokens: 32}\n"
         "scaffold: {probe_fraction: 0.5}\n"
-        "trainer: {backend: verl, tasks_per_step: 1, group_size: 2, gpus_per_node: 1,\n"
+        f"trainer: {{backend: verl, max_prompt_tokens: 2048, max_response_tokens: {turns * 300},\n"
+        "  tasks_per_step: 1, group_size: 2, gpus_per_node: 1,\n"
         "  rollout_engine: sglang, micro_batch_per_gpu: 1}\n"
         f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}\n"
     )
@@ -296,7 +297,7 @@ async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
     assert list(out.non_tensor_batch["success"]) == [1.0] and list(out.non_tensor_batch["truncated"]) == [0.0]
     prompt_len = int(out.batch["attention_mask"][0, :2048].sum())
     valid = int(out.batch["attention_mask"][0, 2048:].sum())
-    assert prompt_len < 2048 and valid < spec.policy.max_response_tokens, "nothing was cut"
+    assert prompt_len < 2048 and valid < spec.trainer.max_response_tokens, "nothing was cut"
     mask = out.batch["response_mask"][0, :valid].tolist()
     runs = 1 + sum(a != b for a, b in zip(mask, mask[1:], strict=False))
     assert runs == 2 * (looks + len(plan)) - 1 and mask[0] == 1 and mask[-1] == 1

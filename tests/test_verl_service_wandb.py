@@ -23,9 +23,9 @@ async def test_the_service_logs_step_metrics_and_versions_to_wandb(tmp_path):
         "name: verl-wandb\n"
         "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},\n"
         "  num_train_tasks: 2, num_eval_tasks: 1, max_turns: 4}\n"
-        "policy: {max_new_tokens: 16, max_response_tokens: 1024}\n"
+        "policy: {max_new_tokens: 16}\n"
         "scaffold: {probe_fraction: 0.5}\n"
-        "trainer: {backend: verl, tasks_per_step: 1, group_size: 4, gpus_per_node: 1}\n"
+        "trainer: {backend: verl, max_response_tokens: 1024, tasks_per_step: 1, group_size: 4, gpus_per_node: 1}\n"
         f"logging: {{root: {tmp_path / 'runs'}, wandb: offline}}\n"
     )
     run_dir = tmp_path / "run"

@@ -9,8 +9,8 @@ deployment prompt stays byte-identical to the training prompt minus the guidance
 Instruction texts are data (each environment section's `INSTRUCTIONS` in pats.spec.environments, and
 `OUTPUT_FORMAT` here, one entry per action mode); they state the rules and the answer format only,
 never advice on how to play (that is the scaffold's job, and the bare prompt is the evaluation
-prompt). Only a window of recent steps is shown (`history_window`, 2 by default): that is what worked for a 135M policy on TextWorld
-Commonsense (task description, last two action/observation pairs, current observation). No
+prompt). Only a window of recent steps is shown (`environment.window`: `history_window`, else the
+environment's default, 2 for most: what worked for a 135M policy on TextWorld Commonsense). No
 reasoning tag (`<think>`) is asked for; a small policy spends its tokens better on the action.
 
 `parse_action` is lenient on purpose (tags, quotes, a trailing period, near-misses of an admissible

@@ -54,10 +54,23 @@ class EnvironmentSection(SpecModel):
     must generate, and the environment reads its whole output (`Env.parses_output`)."""
     HAS_EXPERT: ClassVar[bool] = True
     """The environment can give an expert plan for a task (the privileged expert card needs one)."""
+    DEFAULT_WINDOW: ClassVar[int] = 2
+    """History window when `history_window` is unset: what worked for a 135M policy on TextWorld
+    Commonsense (task, last two action/observation pairs, current observation)."""
+
+    @property
+    def window(self) -> int:
+        """The history window the local backend's prompts show."""
+        return self.DEFAULT_WINDOW if self.history_window is None else self.history_window
 
     max_turns: int = Field(10, ge=1, le=200, description="Turns per episode before it counts as failed.")
-    history_window: int = Field(
-        2, ge=0, le=50, description="How many past action/observation pairs the prompt shows."
+    history_window: int | None = Field(
+        None,
+        ge=0,
+        le=50,
+        description="Past action/observation pairs the local backend's prompt shows; unset: the "
+        "environment's own default (2; search_qa 3). The verl backend keeps the whole episode as one "
+        "chat and refuses a value.",
     )
     num_train_tasks: int = Field(1000, ge=1, description="Size of the training task pool.")
     num_eval_tasks: int = Field(128, ge=1, description="Held-out tasks used by evaluation.")
@@ -202,6 +215,8 @@ class SearchQaEnvSpec(EnvironmentSection):
     TURN_TOKENS: ClassVar[int] = 532
     FREE_TEXT: ClassVar[bool] = True
     HAS_EXPERT: ClassVar[bool] = False
+    # 3 shows every earlier search of a 4-turn episode, as Search-R1 keeps the whole trajectory in context.
+    DEFAULT_WINDOW: ClassVar[int] = 3
 
     kind: Literal["search_qa"] = "search_qa"
     train_data: tuple[str, ...] = Field(
@@ -217,13 +232,6 @@ class SearchQaEnvSpec(EnvironmentSection):
         "exact match either way.",
     )
     max_turns: int = Field(4, ge=1, le=50)
-    history_window: int = Field(
-        3,
-        ge=0,
-        le=50,
-        description="Past action/observation pairs in the prompt; 3 shows every earlier search of a "
-        "4-turn episode, as Search-R1 keeps the whole trajectory in context.",
-    )
 
 
 BUILT_IN: tuple[type[EnvironmentSection], ...] = (

@@ -47,6 +47,12 @@ FILE_KEYS = tuple(  # values that name files (or folders) a run reads
         "environment.eval_data", "environment.retriever.corpus",
     )
 )  # fmt: skip
+# Keys that moved, old path -> new path: a spec (or a run directory's spec.yaml) written before the move
+# still loads; the value goes to the new place with a notice, or is dropped where nothing reads it.
+MOVED_KEYS = {
+    ("policy", "max_prompt_tokens"): ("trainer", "max_prompt_tokens"),  # verl's data lengths (issue 16)
+    ("policy", "max_response_tokens"): ("trainer", "max_response_tokens"),
+}
 MAX_FILES = 64  # files a spec may pull in through `defaults:`, counting repeats
 # `${a.b}`, `${.a}`, `${..a[0]}` and `${oc.select:a.b}`: references to other values of the spec.
 # Environment variables whose values must never end up in a spec (names like OPENAI_API_KEY, HF_TOKEN).
@@ -82,7 +88,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec
     origin: dict[tuple, _Layer] = {}
     for layer in layers:
         merged = _merge(merged, layer.data, (), origin, layer)
-    resolved = _anchor_files(_resolve(merged, str(path)), origin)
+    resolved = _anchor_files(_move_keys(_resolve(merged, str(path)), origin), origin)
     leaks = secret_leaks(resolved, ())
     if leaks:  # before validation: its messages would quote the value
         raise SpecError([_with_source(i, origin) for i in leaks], file=str(path))
@@ -344,6 +350,27 @@ def _announce_reset(path: tuple, tag: str, base: dict, over: dict, layer: _Layer
             SpecNotice,
             stacklevel=2,
         )
+
+
+def _move_keys(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
+    """Apply MOVED_KEYS: on the verl backend the value moves (unless the new place is set); elsewhere the
+    new key does not exist, so the old one is dropped. Either way a notice says what to write."""
+    for old, new in MOVED_KEYS.items():
+        section = resolved.get(old[0])
+        if not isinstance(section, dict) or old[1] not in section:
+            continue
+        value = section.pop(old[1])
+        layer = origin.get(old)
+        where = f" ({layer.where(old)})" if layer else ""
+        target = resolved.setdefault(new[0], {})
+        if isinstance(target, dict) and target.get("backend") == "verl" and new[1] not in target:
+            target[new[1]] = value
+            origin[new] = origin.get(old, origin.get(new))
+            what = f"moved there; write {'.'.join(new)}: {_short(value)} instead"
+        else:
+            what = "only the verl backend reads it, so it is dropped; remove it"
+        warnings.warn(f"{'.'.join(old)}{where} is now {'.'.join(new)}: {what}", SpecNotice, stacklevel=3)
+    return resolved
 
 
 def _short(value: Any) -> str:

@@ -50,8 +50,6 @@ class PolicySpec(SpecModel):
     score_normalization: Literal["mean", "sum"] = Field(
         "mean", description="score mode: mean token log-prob (length-normalized) or the plain sum."
     )
-    max_prompt_tokens: int = Field(1024, ge=16)
-    max_response_tokens: int = Field(512, ge=1, description="Policy tokens per episode, all turns.")
 
 
 class ScaffoldBudget(SpecModel):
@@ -242,6 +240,19 @@ class VerlTrainerSpec(_TrainerCommon):
     tensor_parallel: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)
     micro_batch_per_gpu: int = Field(4, ge=1)
+    max_prompt_tokens: int = Field(
+        1024,
+        ge=16,
+        description="verl's data.max_prompt_length: the first prompt (instructions, task, scaffold); "
+        "longer ones are cut from the left.",
+    )
+    max_response_tokens: int = Field(
+        512,
+        ge=1,
+        description="verl's data.max_response_length: every token after the first prompt, the policy's "
+        "and the environment's turns together (an episode is one growing chat); the episode ends, "
+        "truncated, when the next turn would not fit.",
+    )
     overrides: tuple[str, ...] = Field((), description="Extra verl Hydra overrides, key=value.")
 
 
@@ -384,18 +395,27 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
     if tr.backend == "verl":
         env, pol = spec.environment, spec.policy
         need = env.max_turns * env.TURN_TOKENS
-        if need > pol.max_response_tokens:
+        if need > tr.max_response_tokens:
             out.append(
                 (
-                    "policy.max_response_tokens",
+                    "trainer.max_response_tokens",
                     f"verl keeps an episode as one chat: {env.max_turns} turns of {env.kind} take about "
                     f"{env.TURN_TOKENS} tokens each before the policy writes anything ({need} in all; "
-                    f"bench/turn_tokens.py), more than max_response_tokens {pol.max_response_tokens}, so "
+                    f"bench/turn_tokens.py), more than max_response_tokens {tr.max_response_tokens}, so "
                     "episodes would be cut and their reward lost; raise max_response_tokens to at least "
                     f"{need + env.max_turns * min(pol.max_new_tokens, 64)} or lower environment.max_turns to "
-                    f"{max(1, pol.max_response_tokens // (env.TURN_TOKENS + min(pol.max_new_tokens, 64)))}",
+                    f"{max(1, tr.max_response_tokens // (env.TURN_TOKENS + min(pol.max_new_tokens, 64)))}",
                 )
             )
+    if tr.backend == "verl" and spec.environment.history_window is not None:
+        out.append(
+            (
+                "environment.history_window",
+                "verl trains one token sequence per episode, so its episodes are one growing chat and no "
+                "history window applies; remove history_window (the local backend's option) and size "
+                "trainer.max_response_tokens for max_turns turns instead",
+            )
+        )
     if tr.backend == "verl" and spec.policy.lora is not None and spec.policy.lora.top_layers is not None:
         out.append(
             (

@@ -156,7 +156,7 @@ class LocalBackend:
             ep.history,
             ep.state.observation,
             admissible,
-            self.spec.environment.history_window,
+            self.spec.environment.window,
         )
         return with_scaffold(parts.system, ep.view), parts.user
 

@@ -81,9 +81,9 @@ def verl_overrides(
         f"data.train_batch_size={tr.tasks_per_step}",
         # The prompt budget covers instructions + task + scaffold: verl cuts longer prompts from the
         # left (dropping the scaffold first) with only a warning.
-        f"data.max_prompt_length={pol.max_prompt_tokens}",
+        f"data.max_prompt_length={tr.max_prompt_tokens}",
         # Every policy and environment token after the first prompt counts toward the response.
-        f"data.max_response_length={pol.max_response_tokens}",
+        f"data.max_response_length={tr.max_response_tokens}",
         f"data.seed={spec.seed}",
         "data.return_raw_chat=True",
         f"actor_rollout_ref.model.path={model_path}",
