@@ -1,7 +1,8 @@
 """Build the scaffold policy from a spec, once: the mode picks its parts, the kinds pick judge and reviser.
 
 This is the one place that reads `scaffold.mode`, `judge.kind` and `reviser.kind`; the engine loop
-only calls the objects built here.
+only calls the objects built here. Judges and revisers are found by kind in `pats.registry` (JUDGES,
+REVISERS), where the built-in ones are registered below.
 """
 
 from __future__ import annotations
@@ -10,37 +11,58 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pats.protocols import TokenCounter
+from pats.registry import JUDGES, REVISERS
 from pats.review import Reviewer, ScaffoldPolicy
 from pats.scaffold import ScaffoldStore, load_bank
 from pats.spec.models import ExperimentSpec
 from pats.types import Task
 
 
-def build_judge(spec: ExperimentSpec):
-    from pats.judges import LLMJudge, StatsJudge
+@JUDGES.register("stats")
+def _stats_judge(spec: ExperimentSpec):
+    from pats.judges import StatsJudge
 
-    if spec.judge.kind == "stats":
-        return StatsJudge(spec.judge, spec.scaffold.budget)
+    return StatsJudge(spec.judge, spec.scaffold.budget)
+
+
+@JUDGES.register("llm")
+def _llm_judge(spec: ExperimentSpec):
+    from pats.judges import LLMJudge
+
     return LLMJudge(
         spec.judge, spec.scaffold.budget, spec.environment.kind, budget_s=spec.scaffold.review_budget_s
     )
 
 
-def build_revisers(spec: ExperimentSpec):
-    """(reviser, fallback): the fallback is always the offline rules reviser."""
-    from pats.reviser import LLMReviser, RulesReviser
+@REVISERS.register("rules")
+def _rules_reviser(spec: ExperimentSpec, rules):
+    return rules, rules
+
+
+@REVISERS.register("llm")
+def _llm_reviser(spec: ExperimentSpec, rules):
+    from pats.reviser import LLMReviser
 
     sc = spec.scaffold
-    removal = sc.removes
-    rules = RulesReviser(
-        removal=removal, min_citations=sc.min_citations, mode_of_scaffold=sc.mode, budget=sc.budget
-    )
-    if spec.reviser.kind == "rules":
-        return rules, rules
     llm = LLMReviser(
-        spec.reviser, min_citations=sc.min_citations, removal=removal, add_only=sc.mode == "grow"
+        spec.reviser, min_citations=sc.min_citations, removal=sc.removes, add_only=sc.mode == "grow"
     )
     return llm, rules
+
+
+def build_judge(spec: ExperimentSpec):
+    return JUDGES.get(spec.judge.kind)(spec)
+
+
+def build_revisers(spec: ExperimentSpec):
+    """(reviser, fallback): the fallback is always the offline rules reviser."""
+    from pats.reviser import RulesReviser
+
+    sc = spec.scaffold
+    rules = RulesReviser(
+        removal=sc.removes, min_citations=sc.min_citations, mode_of_scaffold=sc.mode, budget=sc.budget
+    )
+    return REVISERS.get(spec.reviser.kind)(spec, rules)
 
 
 def build_scaffold_policy(

@@ -36,3 +36,10 @@ class Registry(Generic[T]):
 
 
 ENVIRONMENTS: Registry[Callable] = Registry("environment")
+"""environment kind -> factory(section) -> Env; built-ins in pats.envs, others by entry point."""
+JUDGES: Registry[Callable] = Registry("judge")
+"""judge.kind -> builder(spec) -> Judge (pats.build)."""
+REVISERS: Registry[Callable] = Registry("reviser")
+"""reviser.kind -> builder(spec, rules) -> (reviser, fallback) (pats.build)."""
+BACKENDS: Registry[Callable] = Registry("backend")
+"""trainer.backend -> builder(spec, make_env) -> PolicyBackend for the pats engine (pats.engine.run)."""

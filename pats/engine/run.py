@@ -31,7 +31,7 @@ from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingEr
 from pats.fileio import write_atomic
 from pats.logging.events import EventLog
 from pats.logging.sinks import JsonlSink, WandbSink
-from pats.registry import ENVIRONMENTS
+from pats.registry import BACKENDS, ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
 from pats.spec.loader import missing_files
 from pats.types import Record
@@ -94,15 +94,24 @@ def make_env_factory(spec: ExperimentSpec):
     return lambda: make(spec.environment)
 
 
-def make_backend(spec: ExperimentSpec, make_env):
-    if spec.trainer.backend == "verl":
-        raise PrerequisiteError(
-            "trainer.backend: verl trains through verl's own trainer, not the pats engine; "
-            "`pats run SPEC` launches it (see docs/verl.md)"
-        )
+@BACKENDS.register("local")
+def _local_backend(spec: ExperimentSpec, make_env):
     from pats.backends.local.backend import LocalBackend
 
     return LocalBackend(spec, make_env)
+
+
+@BACKENDS.register("verl")
+def _verl_backend(spec: ExperimentSpec, make_env):
+    raise PrerequisiteError(
+        "trainer.backend: verl trains through verl's own trainer, not the pats engine; "
+        "`pats run SPEC` launches it (see docs/verl.md)"
+    )
+
+
+def make_backend(spec: ExperimentSpec, make_env):
+    """The policy backend the engine drives, by `trainer.backend` (pats.registry.BACKENDS)."""
+    return BACKENDS.get(spec.trainer.backend)(spec, make_env)
 
 
 async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = None) -> Path:
