@@ -189,13 +189,8 @@ def refresh(args, folder: Path) -> None:
         print(f"refreshed {path}")
 
 
-PER_RUN = (
-    "conditions",
-    "seeds",
-    "report_only",
-    "refresh",
-    "fresh",
-)  # arguments that may differ between invocations
+# Arguments that may differ between invocations of one campaign.
+PER_RUN = ("conditions", "seeds", "report_only", "refresh", "fresh")
 
 
 def check_protocol(args, folder: Path) -> None:

@@ -261,9 +261,8 @@ async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
 ):
     """The shipped ALFWorld budget arithmetic on a real game: 26 harmless turns, then the walkthrough."""
     tarball = shared_data / "alfworld" / "json_2.1.1_valid_seen.tar.xz"
-    monkeypatch.setenv(
-        "PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache")
-    )  # as the ALFWorld tests
+    # The same cache folder as the ALFWorld tests, so the tarball is unpacked once per session.
+    monkeypatch.setenv("PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache"))
     turns = 40
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(

@@ -62,9 +62,8 @@ class Checkpoint(Record):
     path: str  # the checkpoint folder (the backend's weights under it)
     wandb_id: str | None = None  # the W&B run to continue
     scaffold_version: int = 0  # the store's version at this step; later ones are dropped on resume
-    judge: dict[
-        str, Any
-    ] = {}  # the scaffold policy's state (the judge's EMAs), see ScaffoldPolicy.state_dict
+    # The scaffold policy's state (the judge's EMAs), see ScaffoldPolicy.state_dict.
+    judge: dict[str, Any] = {}
 
 
 def load_run(run_dir: Path) -> tuple[ExperimentSpec, Checkpoint | None]:

@@ -365,7 +365,8 @@ def _move_keys(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
         target = resolved.setdefault(new[0], {})
         if isinstance(target, dict) and target.get("backend") == "verl" and new[1] not in target:
             target[new[1]] = value
-            origin[new] = origin.get(old, origin.get(new))
+            if layer:  # errors about the moved value point at the line that wrote it
+                origin[new] = layer
             what = f"moved there; write {'.'.join(new)}: {_short(value)} instead"
         else:
             what = "only the verl backend reads it, so it is dropped; remove it"
