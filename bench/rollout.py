@@ -1,5 +1,6 @@
-"""Score-mode rollout speed: batched acting (`trainer.rollout_batching: true`, the default) against one
-episode at a time, side by side in one process.
+"""Rollout speed: acting from cached system prompts (`trainer.rollout_batching: true`, the default)
+against the older path, side by side in one process: score mode (the default) against one episode
+at a time; `--action generate` against one batched `generate` over whole prompts.
 
 Real quickstart rollouts (SmolLM2-135M, twc with the quickstart's parameters, `tasks_per_step` tasks
 x a group size, up to 10 turns, no scaffold as at the first step), at group sizes 4 and 8. Each round
@@ -11,10 +12,13 @@ once (a group's first turn). Then where the time goes: achieved GFLOP/s of the p
 (distinct first-turn prompts; linear layers only, 2 x weights x tokens, padding included) on each
 path, beside a bf16 matmul of the same row count (x 576 x 1536, SmolLM2's MLP) and at 2048^3.
 
-The machine may be shared with other jobs: compare the ratios, not the seconds. Writes
-bench/results/rollout.json.
+In generate mode (`--new-tokens` per turn) the prompt-pass figures are not measured; the policy's
+tokens per second are reported on both paths, and the share of equal turns.
 
-    python bench/rollout.py [--groups 4 8] [--repeats 2] [--threads N]
+The machine may be shared with other jobs: compare the ratios, not the seconds. Writes
+bench/results/rollout.json (rollout_generate.json with --action generate).
+
+    python bench/rollout.py [--groups 4 8] [--repeats 2] [--threads N] [--action generate]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import torch
 from common import RESULTS, write_result
+from flops import MODEL_SHAPE, best_seconds, linear_weights, matmul_gflops
 
 from pats.backends.local import scoring
 from pats.backends.local.backend import LocalBackend
@@ -40,36 +45,15 @@ from pats.types import EMPTY_VIEW
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 
 
-def play(backend: LocalBackend, plans, batching: bool, seed: int) -> tuple[float, int, list]:
-    """(seconds, episode-turns, actions) of one rollout on one path."""
+def play(backend: LocalBackend, plans, batching: bool, seed: int) -> tuple[float, int, list, int]:
+    """(seconds, episode-turns, actions, policy tokens) of one rollout on one path."""
     backend.policy.trainer = backend.policy.trainer.model_copy(update={"rollout_batching": batching})
     backend.policy.generator.manual_seed(seed)
     start = time.perf_counter()
     played = asyncio.run(backend.rollout(0, plans))
     seconds = time.perf_counter() - start
-    actions = [t.action for p in played for r in p.group.rollouts for t in r.turns]
-    return seconds, len(actions), actions
-
-
-def linear_weights(model) -> int:
-    """Weights of the decoder's linear layers (LoRA included): a token costs 2 FLOPs per weight."""
-    layers = model.get_decoder().layers
-    return sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
-
-
-def best_seconds(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def matmul_gflops(m: int, k: int, n: int) -> float:
-    a, b = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
-    return 2 * m * k * n / best_seconds(lambda: a @ b) / 1e9
+    turns = [t for p in played for r in p.group.rollouts for t in r.turns]
+    return seconds, len(turns), [t.action for t in turns], sum(t.response_tokens for t in turns)
 
 
 def prompt_pass(backend: LocalBackend, tasks) -> dict:
@@ -112,8 +96,8 @@ def prompt_pass(backend: LocalBackend, tasks) -> dict:
         "batched_gflops": 2 * weights * rows / many / 1e9,
         "batch1_rows": full.shape[1],
         "batch1_gflops": 2 * weights * full.shape[1] / one / 1e9,
-        "matmul_bf16_gflops_batched_rows": matmul_gflops(rows, 576, 1536),
-        "matmul_bf16_gflops_batch1_rows": matmul_gflops(full.shape[1], 576, 1536),
+        "matmul_bf16_gflops_batched_rows": matmul_gflops(rows, *MODEL_SHAPE),
+        "matmul_bf16_gflops_batch1_rows": matmul_gflops(full.shape[1], *MODEL_SHAPE),
         "matmul_bf16_gflops_2048": matmul_gflops(2048, 2048, 2048),
     }
 
@@ -129,9 +113,14 @@ def main() -> None:
         "--threads", type=int, default=None,
         help="torch threads (default: the spec's, all cores); 1 is steadier beside another job",
     )  # fmt: skip
+    parser.add_argument("--action", choices=["score", "generate"], default="score", help="policy.action")
+    parser.add_argument("--new-tokens", type=int, default=16, help="generate mode: policy.max_new_tokens")
     args = parser.parse_args()
 
-    spec = load_spec(SPEC, [] if args.threads is None else [f"trainer.threads={args.threads}"])
+    overrides = [] if args.threads is None else [f"trainer.threads={args.threads}"]
+    if args.action == "generate":
+        overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
+    spec = load_spec(SPEC, overrides)
     make_env = make_env_factory(spec)
     backend = LocalBackend(spec, make_env)
     tasks = make_env().tasks("train")[: spec.trainer.tasks_per_step]
@@ -140,6 +129,7 @@ def main() -> None:
         "may be shared with other jobs (see the load averages)",
         "bf16_autocast": backend.policy.autocast,
         "load_average_at_start": os.getloadavg()[0],
+        "action": args.action,
         "tasks": len(tasks),
         "groups": {},
     }
@@ -147,12 +137,14 @@ def main() -> None:
         for size in args.groups:
             plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=size) for t in tasks]
             per_turn: dict[str, list[float]] = {"fast": [], "slow": []}
+            tokens_per_s: dict[str, list[float]] = {"fast": [], "slow": []}
             agree = []
             for _ in range(args.repeats):
                 actions = {}
                 for name in ("fast", "slow"):
-                    seconds, turns, actions[name] = play(backend, plans, name == "fast", args.seed)
+                    seconds, turns, actions[name], tokens = play(backend, plans, name == "fast", args.seed)
                     per_turn[name].append(seconds / turns)
+                    tokens_per_s[name].append(tokens / seconds)
                     print(f"  group {size} {name}: {seconds:.1f} s, {turns} episode-turns", flush=True)
                 same = sum(a == b for a, b in zip(actions["fast"], actions["slow"], strict=False))
                 agree.append(same / max(len(actions["fast"]), len(actions["slow"])))
@@ -163,18 +155,30 @@ def main() -> None:
                 "median": median,
                 "ratio_fast_slow": median["fast"] / median["slow"],
                 "same_actions": min(agree),
+                "policy_tokens_per_s": {k: statistics.median(v) for k, v in tokens_per_s.items()},
             }
+            rate = results["groups"][str(size)]["policy_tokens_per_s"]
             print(
                 f"group {size} ({size * len(tasks)} episodes): fast {median['fast']:.3f} s vs slow "
-                f"{median['slow']:.3f} s per episode-turn -> {median['fast'] / median['slow']:.2f}x "
-                f"(target <= 0.5x); same actions {min(agree):.0%}",
+                f"{median['slow']:.3f} s per episode-turn -> {median['fast'] / median['slow']:.2f}x"
+                + (" (target <= 0.5x)" if args.action == "score" else "")
+                + f"; same actions {min(agree):.0%}; policy tokens/s fast {rate['fast']:.0f}, "
+                f"slow {rate['slow']:.0f}",
                 flush=True,
             )
-        # Distinct tasks: identical prompts (a group's first turn) would be scored once.
-        many = make_env().tasks("train")[: max(args.groups) * len(tasks)]
-        results["prompt_pass"] = flops = prompt_pass(backend, many)
+        if args.action == "score":  # distinct tasks: identical prompts would be scored once
+            many = make_env().tasks("train")[: max(args.groups) * len(tasks)]
+            results["prompt_pass"] = prompt_pass(backend, many)
     finally:
         asyncio.run(backend.close())
+    results["load_average_at_end"] = os.getloadavg()[0]  # > ~2 on 2 cores: other jobs were running
+    out = write_result("rollout" if args.action == "score" else "rollout_generate", results, RESULTS)
+    if "prompt_pass" in results:
+        report_prompt_pass(results["prompt_pass"])
+    print(f"wrote {out}")
+
+
+def report_prompt_pass(flops: dict) -> None:
     print(
         f"prompt pass, {flops['episodes']} first-turn prompts: batched {flops['batched_rows']} rows "
         f"{flops['batched_gflops']:.0f} GFLOP/s (bf16 matmul at that row count "
@@ -182,9 +186,6 @@ def main() -> None:
         f"{flops['batch1_gflops']:.0f} GFLOP/s (matmul {flops['matmul_bf16_gflops_batch1_rows']:.0f}); "
         f"bf16 matmul 2048^3 {flops['matmul_bf16_gflops_2048']:.0f} GFLOP/s"
     )
-    results["load_average_at_end"] = os.getloadavg()[0]  # > ~2 on 2 cores: other jobs were running
-    out = write_result("rollout", results, RESULTS)
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Cost of one score-mode GRPO update, five ways, on the same decisions, side by side in one process.
+"""Cost of one GRPO update, several ways, on the same decisions, side by side in one process.
 
+Score mode (the default):
 - `per-decision`: every decision its own forward/backward pass over its whole prompt;
 - `shared`: decisions with the same prompt and candidates share one pass (`trainer.update_prefix_sharing:
   false`: the rollouts of a group share their first prompt, and more when they take the same actions);
@@ -7,13 +8,19 @@
   with gradients, and their suffixes in packed passes against its keys/values (the default);
 - `shared+top8`, `prefix+top8`: the same, with LoRA adapters on the top 8 of 30 layers only
   (`policy.lora.top_layers`), so the backward pass stops there.
+Generate mode (`--action generate`, `--new-tokens` per turn): `whole` (each sequence whole,
+`trainer.micro_batch` per pass), `prefix` (the prefix once, the rests of prompt and response against
+it), and both `+top8`.
 
 The decisions come from real quickstart episodes (SmolLM2-135M, twc, 10 turns), every one with an
 advantage. Timings alternate between the variants, `--repeats` rounds, median reported; the machine is
-shared, so compare the ratios, not the seconds. Writes bench/results/update.json (update_tasks<N>.json
-for --tasks N > 1; `--tasks 4` is the issue's 16-episode quickstart batch).
+shared, so compare the ratios, not the seconds. Then each variant's update once more under torch's
+FLOP counter (forward, backward and recomputation, padding included): achieved GFLOP/s beside a bf16
+matmul at a pass's row count (x 576 x 1536) and at 2048^3. Writes bench/results/update.json
+(update_tasks<N>.json for --tasks N > 1, update_generate*.json in generate mode; `--tasks 4` is the
+issue's 16-episode quickstart batch).
 
-    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10]
+    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10] [--action generate]
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from pathlib import Path
 
 import torch
 from common import RESULTS, write_result
+from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 
-from pats.backends.local import training
+from pats.backends.local import sharing, training
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.policy import LocalPolicy
 from pats.engine.run import make_env_factory
@@ -56,22 +64,40 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1, help="groups of 4 episodes to collect decisions from")
     parser.add_argument("--repeats", type=int, default=2, help="timing rounds; the median is reported")
     parser.add_argument("--turns", type=int, default=None, help="episode length (default: the spec's, 10)")
+    parser.add_argument("--action", choices=["score", "generate"], default="score", help="policy.action")
+    parser.add_argument("--new-tokens", type=int, default=16, help="generate mode: policy.max_new_tokens")
     args = parser.parse_args()
 
-    spec = load_spec(SPEC, [] if args.turns is None else [f"environment.max_turns={args.turns}"])
+    overrides = [] if args.turns is None else [f"environment.max_turns={args.turns}"]
+    if args.action == "generate":
+        overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
+    spec = load_spec(SPEC, overrides)
     backend = LocalBackend(spec, make_env_factory(spec))
     stored = decisions(backend, args.tasks)
     asyncio.run(backend.close())
     top = spec.policy.model_copy(update={"lora": spec.policy.lora.model_copy(update={"top_layers": 8})})
     top_policy = LocalPolicy(top, spec.trainer, spec.seed)
-    # name -> (policy, trainer.update_prefix_sharing)
-    variants = {
-        "per-decision": (backend.policy, False),
-        "shared": (backend.policy, False),
-        "shared+top8": (top_policy, False),
-        "prefix": (backend.policy, True),
-        "prefix+top8": (top_policy, True),
-    }
+    # name -> (policy, trainer.update_prefix_sharing); the first is the baseline of the ratios
+    if args.action == "score":
+        variants = {
+            "per-decision": (backend.policy, False),
+            "shared": (backend.policy, False),
+            "shared+top8": (top_policy, False),
+            "prefix": (backend.policy, True),
+            "prefix+top8": (top_policy, True),
+        }
+        pairs = {
+            "prefix/shared": ("prefix", "shared"),
+            "prefix+top8/shared+top8": ("prefix+top8", "shared+top8"),
+        }
+    else:
+        variants = {
+            "whole": (backend.policy, False),
+            "whole+top8": (top_policy, False),
+            "prefix": (backend.policy, True),
+            "prefix+top8": (top_policy, True),
+        }
+        pairs = {"prefix/whole": ("prefix", "whole"), "prefix+top8/whole+top8": ("prefix+top8", "whole+top8")}
     shared_units = training._units
 
     def run(name: str) -> float:
@@ -92,43 +118,50 @@ def main() -> None:
         for name in variants:
             seconds[name].append(run(name))
             print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
+    gflop = {name: counted_gflop(lambda name=name: run(name)) for name in variants}
 
     items = [backend._train_item(s, adv, w) for s, adv, w in stored]
-    passes = len(shared_units(items, spec.trainer.micro_batch))
     groups = training._groups(items, spec.trainer.micro_batch, prefix_sharing=True)
-    prompt_tokens = sum(len(it.prompt_ids) for it in items)
+    prompt_tokens = sum(len(it.prompt_ids if args.action == "score" else it.input_ids) for it in items)
     median = {name: statistics.median(v) for name, v in seconds.items()}
+    base = next(iter(variants))
     results = {
         "machine": f"{torch.get_num_threads()} torch threads, torch {torch.__version__}",
+        "action": args.action,
         "decisions": len(items),
-        "passes_shared": passes,
+        "passes_shared": len(shared_units(items, spec.trainer.micro_batch)),
         "prefixes": len(groups),
         "prefix_tokens": [len(g.prefix) for g in groups],
         "passes_prefix": sum(len(g.units) for g in groups),
-        "mean_prompt_tokens": prompt_tokens / len(items),
+        "mean_tokens": prompt_tokens / len(items),  # score: prompts; generate: prompt + response
         "seconds": seconds,
         "median_s": median,
-        "ratio_shared": median["shared"] / median["per-decision"],
-        "ratio_shared_top8": median["shared+top8"] / median["per-decision"],
-        "ratio_prefix": median["prefix"] / median["per-decision"],
-        "ratio_prefix_top8": median["prefix+top8"] / median["per-decision"],
-        "ratio_prefix_to_shared": median["prefix"] / median["shared"],
-        "ratio_prefix_top8_to_shared_top8": median["prefix+top8"] / median["shared+top8"],
+        "ratio_to_" + base: {name: median[name] / median[base] for name in variants},
+        "ratios": {pair: median[a] / median[b] for pair, (a, b) in pairs.items()},
+        "gflop": gflop,
+        "gflops": {name: gflop[name] / median[name] for name in variants},
+        "matmul_bf16_gflops_pass_rows": matmul_gflops(sharing.PASS_TOKENS, *MODEL_SHAPE),
+        "matmul_bf16_gflops_2048": matmul_gflops(2048, 2048, 2048),
     }
-    name = "update" if args.tasks == 1 else f"update_tasks{args.tasks}"
+    name = "update" if args.action == "score" else "update_generate"
+    name += "" if args.tasks == 1 else f"_tasks{args.tasks}"
     out = write_result(name, {"episodes": 4 * args.tasks, **results}, RESULTS)
     print(f"wrote {out}")
-    print(f"decisions: {len(items)}, passes when shared: {passes}")
+    print(f"decisions: {len(items)}, passes without prefix sharing: {results['passes_shared']}")
     print(
         f"prefix sharing: {len(groups)} prefixes of {results['prefix_tokens']} tokens "
-        f"(prompts {results['mean_prompt_tokens']:.0f} on average), {results['passes_prefix']} passes"
+        f"({results['mean_tokens']:.0f} tokens per decision on average), {results['passes_prefix']} passes"
     )
     for name in variants:
-        ratio = median[name] / median["per-decision"]
-        print(f"{name}: median {median[name]:.1f} s  ({ratio:.2f}x of per-decision)")
+        print(
+            f"{name}: median {median[name]:.1f} s ({median[name] / median[base]:.2f}x of {base}); "
+            f"{gflop[name]:.0f} GFLOP run, {results['gflops'][name]:.0f} GFLOP/s"
+        )
+    print(", ".join(f"{pair}: {ratio:.2f}x" for pair, ratio in results["ratios"].items()))
     print(
-        f"prefix / shared: {results['ratio_prefix_to_shared']:.2f}x, "
-        f"prefix+top8 / shared+top8: {results['ratio_prefix_top8_to_shared_top8']:.2f}x"
+        f"bf16 matmul: {results['matmul_bf16_gflops_pass_rows']:.0f} GFLOP/s at "
+        f"({sharing.PASS_TOKENS} x {MODEL_SHAPE[0]}) @ {MODEL_SHAPE}, "
+        f"{results['matmul_bf16_gflops_2048']:.0f} GFLOP/s at 2048^3"
     )
 
 

@@ -1,9 +1,11 @@
-"""Batched score-mode acting (`trainer.rollout_batching`) equals the one-episode-at-a-time path.
+"""Acting with cached system prompts (`trainer.rollout_batching`) equals the older paths.
 
 Real SmolLM2-135M-Instruct. Prompts of different lengths, two system prompts (one with a scaffold),
 twc-like candidate lists: the batched scores must match the per-episode scores (fp32 tightly, bf16
 within its ~0.1-nat noise), the seeded draws must be the same, and a short real twc rollout must
-choose the same actions on both paths.
+choose the same actions on both paths. In generate mode, sampling from the cached prefixes must
+give the tokens `generate` gives from whole prompts, greedy and seeded, and a real rollout the same
+turns.
 """
 
 from __future__ import annotations
@@ -136,6 +138,48 @@ def test_choose_batch_draws_like_choose_one_by_one(policy):
         assert torch.allclose(p, q, atol=1e-5)
     with pytest.raises(ValueError, match="no candidate"):
         policy.choose_batch([policy.chat_split(RULES, "x")], [[]], greedy=True)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_generate_from_cached_prefixes_gives_the_whole_prompt_tokens(policy, greedy):
+    split = [policy.chat_split(s, u) for s, u, _ in CASES * 2]
+    split.append(([], policy.chat_ids("Be brief.", "Say hi.")))  # a prompt with nothing cached
+    state = policy.generator.get_state()
+    whole = policy.generate([h + r for h, r in split], max_new_tokens=12, greedy=greedy)
+    store = PrefixStore()
+    for _ in range(2):  # the second call reuses the stored prefixes, and draws from the same seed
+        policy.generator.set_state(state)
+        assert policy.generate_batch(split, max_new_tokens=12, greedy=greedy, store=store) == whole
+    assert len(store.kv) == 2  # the two system prompts, each computed once
+    assert sum(map(len, whole)) > 3 * len(whole)  # real continuations, not an immediate end
+
+
+def test_a_real_generate_rollout_plays_the_same_turns_on_both_paths(repo):
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        [
+            "policy.action=generate",
+            "policy.max_new_tokens=8",
+            "environment.max_turns=2",
+            "trainer.autocast_bf16=false",
+            "trainer.threads=1",
+        ],
+    )
+    make_env = make_env_factory(spec)
+    backend = LocalBackend(spec, make_env)
+    plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=2) for t in make_env().tasks("train")[:2]]
+
+    def play(batching: bool):
+        backend.policy.trainer = backend.policy.trainer.model_copy(update={"rollout_batching": batching})
+        backend.policy.generator.manual_seed(3)
+        return [p.training for p in asyncio.run(backend.rollout(0, plans))]
+
+    try:
+        fast, slow = play(True), play(False)
+    finally:
+        asyncio.run(backend.close())
+    assert fast == slow  # the same prompt ids and the same sampled tokens, turn by turn
+    assert sum(len(turns) for group in fast for turns in group) >= 6
 
 
 def test_a_real_rollout_chooses_the_same_actions_on_both_paths(repo):

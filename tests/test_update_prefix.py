@@ -1,11 +1,11 @@
-"""Prefix sharing in the score-mode update (`trainer.update_prefix_sharing`) gives the same gradient
-as running every decision's whole prompt.
+"""Prefix sharing in the update (`trainer.update_prefix_sharing`) gives the same gradient as running
+every decision's whole prompt, for score-mode choices and generate-mode sequences.
 
 Real SmolLM2-135M-Instruct in fp32 with LoRA (B perturbed away from zero, so every adapter matrix
 has a gradient and the adapter-off reference differs). Four choices: two decisions of one system
 prompt, a second choice of one of them, and a decision of another system prompt. The LoRA gradients
 and the loss of one update must match the per-decision path's, with one or several passes per
-prefix and with the KL term.
+prefix and with the KL term. The same for four generate-mode sequences (prompt + response).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pats.backends.local import LocalPolicy, sharing, training
+from pats.backends.local import LocalPolicy, TrainItem, sharing, training
 from pats.spec.models import LocalTrainerSpec, LoraSpec, PolicySpec
 
 pytestmark = pytest.mark.slow
@@ -71,13 +71,37 @@ def _items(policy):
     ]
 
 
-def _update(policy, monkeypatch, sharing_on: bool, kl_coef: float):
-    trainer = policy.trainer.model_copy(update={"update_prefix_sharing": sharing_on, "kl_coef": kl_coef})
+def _sequences(policy):
+    kitchen = policy.chat_ids(RULES, "Observation: You are in the kitchen. You see a fridge and a red apple.")
+    hallway = policy.chat_ids(RULES, "Observation: Nothing happens.")
+    laundry = policy.chat_ids(LAUNDRY_RULES, "Observation: You are in the laundry room.")
+    return [
+        TrainItem(*policy.action_token_ids(kitchen, "take red apple"), advantage=1.0, weight=0.5),
+        TrainItem(*policy.action_token_ids(hallway, "look around"), advantage=-1.0, weight=0.5),
+        TrainItem(*policy.action_token_ids(kitchen, "open the fridge, then look"), advantage=-0.5),
+        TrainItem(*policy.action_token_ids(laundry, "take dirty socks"), advantage=0.7, weight=0.25),
+    ]
+
+
+def _update(policy, monkeypatch, sharing_on: bool, kl_coef: float, items=_items, micro_batch=4):
+    trainer = policy.trainer.model_copy(
+        update={"update_prefix_sharing": sharing_on, "kl_coef": kl_coef, "micro_batch": micro_batch}
+    )
     recorder = Recorder(policy.params)
     monkeypatch.setattr(policy, "trainer", trainer)
     monkeypatch.setattr(policy, "optimizer", recorder)
-    stats = policy.update(_items(policy))
+    stats = policy.update(items(policy))
     return stats, recorder.grads[0]
+
+
+def _assert_same_update(fast, fast_grads, slow, slow_grads, tolerance=5e-5):
+    assert fast["steps"] == slow["steps"] == 1
+    for key in ("loss", "kl", "grad_norm", "tokens", "items"):
+        assert fast[key] == pytest.approx(slow[key], rel=tolerance / 5, abs=1e-6), key
+    scale = max(g.abs().max() for g in slow_grads)
+    assert all(g.abs().max() > 0 for g in slow_grads)  # every LoRA matrix is trained
+    for a, b in zip(fast_grads, slow_grads, strict=True):
+        assert (a - b).abs().max() <= tolerance * scale, float((a - b).abs().max() / scale)
 
 
 def test_the_groups_start_at_the_system_prompt(policy):
@@ -95,14 +119,49 @@ def test_prefix_sharing_gives_the_per_decision_gradient(policy, monkeypatch, kl_
     monkeypatch.setattr(sharing, "PASS_TOKENS", pass_tokens)  # 1: every decision its own pass
     slow, slow_grads = _update(policy, monkeypatch, False, kl_coef)
     fast, fast_grads = _update(policy, monkeypatch, True, kl_coef)
-    assert fast["steps"] == slow["steps"] == 1
-    for key in ("loss", "kl", "grad_norm", "tokens", "items"):
-        assert fast[key] == pytest.approx(slow[key], rel=1e-5, abs=1e-6), key
+    _assert_same_update(fast, fast_grads, slow, slow_grads)
     assert kl_coef == 0 or fast["kl"] > 1e-4  # the reference really differs
-    scale = max(g.abs().max() for g in slow_grads)
-    assert all(g.abs().max() > 0 for g in slow_grads)  # every LoRA matrix is trained
-    for a, b in zip(fast_grads, slow_grads, strict=True):
-        assert (a - b).abs().max() <= 5e-5 * scale, float((a - b).abs().max() / scale)
+
+
+def test_generate_sequences_share_their_system_prompt(policy):
+    items = _sequences(policy)
+    groups = training._groups(items, micro_batch=2, prefix_sharing=True)
+    kitchen = next(g for g in groups if items[0] in g.units[0])
+    assert list(kitchen.prefix[: len(policy.chat_split(RULES, "x")[0])]) == policy.chat_split(RULES, "x")[0]
+    assert [len(u) for u in kitchen.units] == [2, 1]  # three sequences of one system prompt, two per pass
+    assert sorted(len(u) for g in groups for u in g.units) == [1, 1, 2]
+
+
+@pytest.mark.parametrize("kl_coef,micro_batch", [(0.0, 4), (0.0, 1), (0.1, 2)])
+def test_prefix_sharing_gives_the_whole_sequence_gradient(policy, monkeypatch, kl_coef, micro_batch):
+    slow, slow_grads = _update(policy, monkeypatch, False, kl_coef, _sequences, micro_batch)
+    fast, fast_grads = _update(policy, monkeypatch, True, kl_coef, _sequences, micro_batch)
+    # fp32: one sequence alone (micro_batch 1) differs by up to ~2e-4 of the largest gradient, as the
+    # LM head then runs on its 3 response positions only; in fp64 the two agree to ~1e-15 (below),
+    # so that is rounding, not a different gradient.
+    _assert_same_update(fast, fast_grads, slow, slow_grads, tolerance=5e-4)
+    assert kl_coef == 0 or fast["kl"] > 1e-4
+
+
+def test_sequence_log_probs_after_a_shared_prefix_are_exact_in_fp64():
+    policy = _policy(LoraSpec(rank=4, alpha=8))
+    policy.model.double()  # no fp32 rounding: the two computations must agree to ~1e-15
+
+    def gradient(item, prefix):
+        for p in policy.params:
+            p.grad = None
+        shared = sharing.SharedPrefix(policy, policy.model, prefix)
+        logp, mask = training._unit_logprobs(policy, policy.model, [item], shared)
+        (logp * mask).sum().backward()
+        shared.backward()
+        return (logp * mask).sum().item(), torch.cat([p.grad.flatten() for p in policy.params])
+
+    for group in training._groups(_sequences(policy), micro_batch=1, prefix_sharing=True):
+        assert group.prefix
+        for (item,) in group.units:
+            (whole, g_whole), (fast, g_fast) = gradient(item, ()), gradient(item, group.prefix)
+            assert fast == pytest.approx(whole, rel=1e-6)  # log-probs are returned in fp32
+            assert (g_fast - g_whole).abs().max() <= 1e-12 * g_whole.abs().max()
 
 
 def test_adapters_on_the_top_layers_only_get_the_same_gradient(policy, monkeypatch):

@@ -221,14 +221,16 @@ class LocalTrainerSpec(_TrainerCommon):
     logprob_chunk: int = Field(256, ge=16, description="Tokens per chunk when computing log-probs.")
     rollout_batching: bool = Field(
         True,
-        description="Score mode: score all live episodes of a turn in a few batched passes, each system "
-        "prompt computed once per rollout; false scores one episode at a time (the older, slower path).",
+        description="Reuse each system prompt's keys/values for a whole rollout. Score mode: score all "
+        "live episodes of a turn in a few batched passes; generate mode: sample from the cached prefixes. "
+        "false: score one episode at a time / generate from whole prompts (the older, slower paths).",
     )
     update_prefix_sharing: bool = Field(
         True,
-        description="Score mode: in an update, decisions whose prompts share a prefix (the system prompt: "
-        "instructions, scaffold, task) run that prefix once with gradients and their suffixes against its "
-        "keys/values; false runs every decision's whole prompt (the older path, kept for bench/update.py).",
+        description="In an update, decisions whose prompts share a prefix (the system prompt: instructions, "
+        "scaffold, task) run that prefix once with gradients and their suffixes (score mode: the rest and "
+        "the candidates; generate mode: the rest and the response) against its keys/values; false runs "
+        "every decision's whole prompt (the older path, kept for bench/update.py).",
     )
 
 

@@ -3,7 +3,8 @@
 All episodes of a step advance together, one turn at a time: the policy acts for every live episode
 (score mode: all episodes' candidates scored in a few batched passes, each system prompt computed
 once per rollout, or one scoring pass per episode; generate mode: one batched `generate` over all of
-them), then every environment steps concurrently. `rollout` returns each group with its rollouts'
+them, each system prompt's keys/values likewise computed once per rollout), then every environment
+steps concurrently. `rollout` returns each group with its rollouts'
 played turns (`Played.training`: ScoredTurn / GeneratedTurn), and `update` turns them into training
 items (ChoiceItem / TrainItem) once the group's rewards give their advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
 window (as verl-agent), not a growing chat; each item is weighted 1 / turns so every episode counts
@@ -164,9 +165,10 @@ class LocalBackend:
         return self.policy.chat_ids(*self._prompt_parts(ep, admissible))
 
     def _act(self, live: list[Seat], greedy: bool, prefixes: PrefixStore | None = None) -> list[Act]:
-        """Each live episode's action. Score mode scores all live episodes together
-        (`trainer.rollout_batching`), their system prompts' keys/values kept in `prefixes` across
-        turns; or one episode at a time."""
+        """Each live episode's action. Score mode scores all live episodes together, generate mode
+        samples them in one batch; with `trainer.rollout_batching` their system prompts' keys/values
+        are kept in `prefixes` across turns (else score mode goes one episode at a time and generate
+        mode runs whole prompts)."""
         if self.spec.policy.action == "score":
             actions = [list(s.episode.state.admissible) for s in live]
             parts = [self._prompt_parts(s.episode, a) for s, a in zip(live, actions, strict=True)]
@@ -184,8 +186,15 @@ class LocalBackend:
                 tokens = len(self.policy.action_ids(action))
                 out.append(Act(action, action, prompt_tokens=len(prompt), response_tokens=tokens))
             return out
-        prompts = [self._prompt_ids(s.episode, list(s.episode.state.admissible) or None) for s in live]
-        outputs = self.policy.generate(prompts, self.spec.policy.max_new_tokens, greedy)
+        parts = [self._prompt_parts(s.episode, list(s.episode.state.admissible) or None) for s in live]
+        limit = self.spec.policy.max_new_tokens
+        if self.policy.trainer.rollout_batching:
+            split = [self.policy.chat_split(system, user) for system, user in parts]
+            prompts = [head + rest for head, rest in split]
+            outputs = self.policy.generate_batch(split, limit, greedy, prefixes)
+        else:
+            prompts = [self.policy.chat_ids(system, user) for system, user in parts]
+            outputs = self.policy.generate(prompts, limit, greedy)
         out = []
         for seat, prompt, response in zip(live, prompts, outputs, strict=True):
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)

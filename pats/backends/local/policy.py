@@ -7,7 +7,8 @@ Two ways to act, picked by `policy.action`:
   cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
   together, their shared system prefix computed once. A 135M model cannot free-generate valid
   actions but ranks them well once scores are length-normalized (notes/facts.md);
-- `generate`: batched sampling with left padding, temperature and top-p.
+- `generate`: batched sampling with left padding, temperature and top-p; `generate_batch` takes each
+  system prefix's keys/values from a `PrefixStore`, computed once per rollout like `choose_batch`.
 Training (`update`) lives in training.py. The reference policy for the KL term is the same model with
 its LoRA adapter disabled, or a frozen copy under full fine-tuning (kept only when kl_coef > 0).
 """
@@ -230,9 +231,8 @@ class LocalPolicy:
     def generate(
         self, prompt_ids_batch: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool
     ) -> list[list[int]]:
-        """New tokens per prompt, each ending at eos (included) or after max_new_tokens."""
-        from transformers import GenerationConfig
-
+        """New tokens per prompt, each ending at eos (included) or after max_new_tokens; every prompt
+        run whole, left-padded."""
         if not prompt_ids_batch:
             return []
         longest = max(len(p) for p in prompt_ids_batch)
@@ -241,6 +241,44 @@ class LocalPolicy:
         for i, prompt in enumerate(prompt_ids_batch):  # left padding: every row ends where it continues
             ids[i, longest - len(prompt) :] = torch.tensor(list(prompt), device=self.device)
             mask[i, longest - len(prompt) :] = 1
+        return self._sample(ids, mask, None, max_new_tokens, greedy)
+
+    @torch.no_grad()
+    def generate_batch(
+        self,
+        prompts: Sequence[tuple[Sequence[int], Sequence[int]]],
+        max_new_tokens: int,
+        greedy: bool,
+        store: PrefixStore | None = None,
+    ) -> list[list[int]]:
+        """`generate` for prompts as (shared prefix, rest) from `chat_split`: each distinct prefix's
+        keys/values computed once (and kept in `store` for later turns, valid while the weights stay
+        the same), so only the rests and the new tokens run here. A row is laid out as
+        [its prefix, padding up to the longest prefix | padding, its rest]; the mask hides the padding
+        and position ids follow the mask, so each row continues its own prompt as `generate` would."""
+        heads = [tuple(h) for h, _ in prompts]
+        if not any(heads) or not supports_batching(self.model):  # nothing to reuse, or masks it can't take
+            return self.generate([[*h, *r] for h, r in prompts], max_new_tokens, greedy)
+        store = PrefixStore() if store is None else store
+        decoder = self.model.get_decoder()
+        with self.autocast_context():
+            store.ensure(decoder, heads)
+        cache, _ = store.stack(decoder, [[h] for h in heads])  # row r: its prefix from column 0
+        width, longest = cache.get_seq_length(), max(len(r) for _, r in prompts)
+        ids = torch.full((len(prompts), width + longest), self.pad_id, device=self.device)  # (B, S + P)
+        mask = torch.zeros_like(ids)
+        for i, (head, rest) in enumerate(prompts):
+            ids[i, : len(head)] = torch.tensor(list(head), device=self.device)  # already in the cache
+            mask[i, : len(head)] = 1
+            ids[i, width + longest - len(rest) :] = torch.tensor(list(rest), device=self.device)
+            mask[i, width + longest - len(rest) :] = 1
+        return self._sample(ids, mask, cache, max_new_tokens, greedy)
+
+    def _sample(self, ids: Tensor, mask: Tensor, cache, max_new_tokens: int, greedy: bool) -> list[list[int]]:
+        """HF `generate` from (B, T) ids and mask (its first columns' keys/values in `cache`, if any);
+        the new tokens of each row, cut after its eos."""
+        from transformers import GenerationConfig
+
         sampling = {"do_sample": False}
         if not greedy:  # top_k=0: only temperature and top-p shape the distribution
             sampling = {
@@ -257,9 +295,11 @@ class LocalPolicy:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), self.autocast_context():
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=config
+            )
         results = []
-        for row in out[:, longest:].tolist():
+        for row in out[:, ids.shape[1] :].tolist():
             end = row.index(self.eos_id) + 1 if self.eos_id in row else len(row)
             results.append(row[:end])
         return results

@@ -1,10 +1,11 @@
-"""Prefix sharing in a score-mode update: a prompt start shared by many decisions runs once.
+"""Prefix sharing in an update: a prompt start shared by many decisions runs once.
 
 The decisions of one optimizer step come from a few rollout groups, and every turn of every episode
 of a group starts with the same system prompt (instructions, scaffold, task): most of a prompt.
 `prefix_groups` finds such shared starts, `SharedPrefix` runs one once with gradients, and each
-decision's suffix (the rest of its prompt, then its candidates) runs in packed passes against the
-prefix's keys/values (scoring.score_batch, here with gradients).
+decision's suffix runs against the prefix's keys/values: in score mode the rest of its prompt, then
+its candidates, in packed passes (scoring.score_batch, here with gradients); in generate mode the
+rest of its prompt and its response, a micro-batch per pass (`SharedPrefix.sequences`).
 
 Each pass reads detached copies of the prefix's keys/values, so its backward stops there and its
 graph is freed before the next pass; the gradient gathered on those copies goes back through the
@@ -20,10 +21,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from pats.backends.local import grpo
 from pats.backends.local.scoring import CACHE_ROWS, PrefixStore, score_batch
 
 if TYPE_CHECKING:
     from pats.backends.local.policy import LocalPolicy
+    from pats.backends.local.training import TrainItem
 
 # Suffix tokens per pass with gradients. Measured on 16 decisions of 318-token prompts (155 shared),
 # SmolLM2-135M fp32, 1 thread: 512 tokens (2 decisions) per pass peaks 1.8 GB above the model, like the
@@ -122,6 +125,44 @@ class SharedPrefix:
                 chunk=policy.trainer.logprob_chunk,
                 normalization=policy.spec.score_normalization,
             )
+
+    def sequences(self, unit: Sequence[TrainItem]) -> tuple[Tensor, Tensor]:
+        """(log-probs, mask), each (B, T - n - c), of sequences that start with the prefix (n tokens),
+        their rests right-padded in one pass against its keys/values: the whole-sequence values from
+        token n + c on, c the rests' shortest prompt part (>= 1: the prefix leaves each prompt a
+        token). No token before that is trained, so the LM head runs on the responses only."""
+        from transformers import DynamicCache
+
+        policy, n, rows = self.policy, len(self.prefix), len(unit)
+        device = policy.device
+        longest = max(len(it.input_ids) for it in unit) - n
+        ids = torch.full((rows, longest), policy.pad_id, device=device)  # (B, T - n), right-padded
+        attention = torch.zeros_like(ids)
+        loss_mask = torch.zeros_like(ids)
+        for i, it in enumerate(unit):
+            rest = it.input_ids[n:]
+            ids[i, : len(rest)] = torch.tensor(rest, device=device)
+            attention[i, : len(rest)] = 1
+            loss_mask[i, : len(rest)] = torch.tensor(it.loss_mask[n:], device=device)
+        cache = DynamicCache(config=self.model.config)
+        for layer, (keys, values) in enumerate(self.store.kv[self.prefix]):  # (1, h, n, d) each
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
+        seen = torch.cat([torch.ones((rows, n), dtype=attention.dtype, device=device), attention], dim=1)
+        positions = torch.arange(n, n + longest, device=device).expand(rows, -1)  # (B, T - n)
+        with policy.autocast_context():
+            hidden = self.model.get_decoder()(
+                input_ids=ids,
+                attention_mask=seen,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state  # (B, T - n, H)
+            head = self.model.get_output_embeddings()
+            cut = min(it.loss_mask[n:].index(1) for it in unit)  # first trained token of any rest
+            logp = grpo.hidden_logprobs(
+                hidden[:, cut - 1 : -1], ids[:, cut:], head, policy.trainer.logprob_chunk
+            )
+        return logp.float(), (loss_mask[:, cut:] * attention[:, cut:]).float()
 
     def backward(self) -> None:
         """The gradient gathered on the copies, back through the prefix's pass (once)."""

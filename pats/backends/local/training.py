@@ -10,10 +10,11 @@ Items come in two kinds:
   the other candidates and the length normalization). The exact version costs about one more
   batched pass over K short actions, small next to the prompt.
 
-Score-mode decisions that share a prompt prefix (the system prompt of a rollout group) run it once
-per optimizer step, with gradients, and their suffixes against its keys/values (sharing.py;
-`trainer.update_prefix_sharing`, on by default). The gradient is the same as running every whole
-prompt; with LoRA dropout on, the shared prefix draws one dropout mask for all its decisions.
+Decisions that share a prompt prefix (the system prompt of a rollout group) run it once per
+optimizer step, with gradients, and their suffixes against its keys/values (sharing.py;
+`trainer.update_prefix_sharing`, on by default), in both modes. The gradient is the same as running
+every whole prompt; with LoRA dropout on, the shared prefix draws one dropout mask for all its
+decisions.
 
 Where this departs from the published GRPO:
 - old log-probs are recomputed in the update instead of stored at rollout time: simpler, and exactly
@@ -26,7 +27,7 @@ Where this departs from the published GRPO:
 - items with zero advantage are not run when kl_coef is 0 (their gradient is zero), but still count
   in the mean's denominator, so the result equals running them.
 
-Generate mode's sequences (`TrainItem`) share nothing: each runs whole, `trainer.micro_batch` per pass.
+Generate mode's sequences (`TrainItem`) go `trainer.micro_batch` per pass, whole or after their prefix.
 """
 
 from __future__ import annotations
@@ -123,12 +124,26 @@ class Group:
 
 def _groups(items: Sequence[Item], micro_batch: int, prefix_sharing: bool) -> list[Group]:
     """The update's units, grouped by shared prefix: without prefix sharing, every unit of `_units`
-    alone; with it, sequences as before and choices by `_prefix_groups`."""
+    alone; with it, sequences by `_sequence_groups` and choices by `_prefix_groups`."""
     if not prefix_sharing:
         return [Group((), (tuple(unit),)) for unit in _units(items, micro_batch)]
     sequences = [it for it in items if isinstance(it, TrainItem)]
-    groups = [Group((), (tuple(unit),)) for unit in _units(sequences, micro_batch)]
-    return groups + _prefix_groups([it for it in items if isinstance(it, ChoiceItem)])
+    choices = [it for it in items if isinstance(it, ChoiceItem)]
+    return _sequence_groups(sequences, micro_batch) + _prefix_groups(choices)
+
+
+def _sequence_groups(sequences: Sequence[TrainItem], micro_batch: int) -> list[Group]:
+    """Sequences grouped by the prompt prefix they share (sharing.prefix_groups over their prompts:
+    the tokens before the first trained one), each group's in micro-batches."""
+    prompts = [it.input_ids[: it.loss_mask.index(1)] for it in sequences]
+    alone = [it for it, prompt in zip(sequences, prompts, strict=True) if not prompt]
+    shareable = [i for i, prompt in enumerate(prompts) if prompt]
+    groups = [Group((), (tuple(unit),)) for unit in _units(alone, micro_batch)]
+    for n, members in prefix_groups([prompts[i] for i in shareable]):
+        mine = [sequences[shareable[m]] for m in members]
+        units = tuple(tuple(mine[i : i + micro_batch]) for i in range(0, len(mine), micro_batch))
+        groups.append(Group(mine[0].input_ids[:n], units))
+    return groups
 
 
 def _prefix_groups(choices: Sequence[ChoiceItem]) -> list[Group]:
@@ -166,10 +181,13 @@ def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
 def _unit_logprobs(
     policy: Updatable, model, unit: Sequence[Item], shared: SharedPrefix
 ) -> tuple[Tensor, Tensor]:
-    """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences,
-    (B, 1) for choices (each one's log-probability under the softmax over its candidates), their
-    prompts' prefix from `shared` unless it is empty (then the unit is one decision's choices)."""
+    """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences
+    (B, T - n - 1 after a shared prefix of n tokens), (B, 1) for choices (each one's log-probability
+    under the softmax over its candidates), their prompts' prefix from `shared` unless it is empty
+    (then the unit is whole sequences or one decision's choices)."""
     device = policy.device
+    if isinstance(unit[0], TrainItem) and shared.prefix:
+        return shared.sequences(unit)
     if isinstance(unit[0], ChoiceItem) and shared.prefix:
         decisions = list(dict.fromkeys((it.prompt_ids, it.candidates) for it in unit))
         scores = dict(zip(decisions, shared.scores(decisions), strict=True))  # each (K_d,)
