@@ -2,7 +2,8 @@
 
 Prints three ratios against the issue's targets:
 - generate mode: policy tokens/s of pats' batched episode turn vs raw batched `model.generate` on
-  the same prompts (target >= 0.8x);
+  the same prompts (left-padded, under plain bf16 autocast where pats uses it: what a user would
+  write; target >= 0.8x);
 - score mode: one turn's action choice vs one forward pass of the same prompt (target <= 2x);
 - one GRPO update on 16 score-mode episodes of the quickstart size (target < 60 s).
 Each timing is the median of --repeats runs, alternating the two sides. Writes bench/results/throughput.json.
@@ -54,6 +55,24 @@ def first_prompts(backend: LocalBackend, make_env, n: int):
     return asyncio.run(go())
 
 
+@torch.no_grad()
+def raw_generate(policy, prompts, new_tokens: int) -> list[list[int]]:
+    """HF `model.generate` on left-padded prompts, sampling as pats does, under plain autocast."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), policy.pad_id)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), 1
+    with policy.autocast_context():
+        out = policy.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
+            temperature=policy.spec.temperature, top_p=policy.spec.top_p, top_k=0,
+            eos_token_id=policy.eos_id, pad_token_id=policy.pad_id,
+        )  # fmt: skip
+    rows = out[:, longest:].tolist()
+    return [r[: r.index(policy.eos_id) + 1] if policy.eos_id in r else r for r in rows]
+
+
 def bench_generate(args, results):
     spec = load_spec(
         SPEC,
@@ -67,7 +86,7 @@ def bench_generate(args, results):
     raw_t, pats_t, raw_tok, pats_tok = [], [], [], []
     plans = [GroupPlan(task=t, view=EMPTY_VIEW, size=1) for t in tasks]
     for _ in range(args.repeats):
-        seconds, out = timed(lambda: policy.generate(prompts, args.new_tokens, greedy=False))
+        seconds, out = timed(lambda: raw_generate(policy, prompts, args.new_tokens))
         raw_t.append(seconds)
         raw_tok.append(sum(len(r) for r in out))
         seconds, played = timed(lambda: asyncio.run(backend.rollout(0, plans)))

@@ -7,10 +7,12 @@ Score mode (the default):
 - `prefix`: decisions whose prompts share a prefix (the system prompt of a rollout group) run it once
   with gradients, and their suffixes in packed passes against its keys/values (the default);
 - `shared+top8`, `prefix+top8`: the same, with LoRA adapters on the top 8 of 30 layers only
-  (`policy.lora.top_layers`), so the backward pass stops there.
+  (`policy.lora.top_layers`), so the backward pass stops there;
+- `prefix-cast`: `prefix` with autocast casting the frozen weights to bf16 in every pass, as before
+  the update held bf16 copies of them (`LocalPolicy.bf16_weights`).
 Generate mode (`--action generate`, `--new-tokens` per turn): `whole` (each sequence whole,
 `trainer.micro_batch` per pass), `prefix` (the prefix once, the rests of prompt and response against
-it), and both `+top8`.
+it), both `+top8`, and `prefix-cast`.
 
 The decisions come from real quickstart episodes (SmolLM2-135M, twc, 10 turns), every one with an
 advantage. Timings alternate between the variants, `--repeats` rounds, median reported; the machine is
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -84,20 +87,27 @@ def main() -> None:
             "shared": (backend.policy, False),
             "shared+top8": (top_policy, False),
             "prefix": (backend.policy, True),
+            "prefix-cast": (backend.policy, True),
             "prefix+top8": (top_policy, True),
         }
         pairs = {
             "prefix/shared": ("prefix", "shared"),
             "prefix+top8/shared+top8": ("prefix+top8", "shared+top8"),
+            "prefix/prefix-cast": ("prefix", "prefix-cast"),
         }
     else:
         variants = {
             "whole": (backend.policy, False),
             "whole+top8": (top_policy, False),
             "prefix": (backend.policy, True),
+            "prefix-cast": (backend.policy, True),
             "prefix+top8": (top_policy, True),
         }
-        pairs = {"prefix/whole": ("prefix", "whole"), "prefix+top8/whole+top8": ("prefix+top8", "whole+top8")}
+        pairs = {
+            "prefix/whole": ("prefix", "whole"),
+            "prefix+top8/whole+top8": ("prefix+top8", "whole+top8"),
+            "prefix/prefix-cast": ("prefix", "prefix-cast"),
+        }
     shared_units = training._units
 
     def run(name: str) -> float:
@@ -106,12 +116,15 @@ def main() -> None:
         policy.trainer = spec.trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
         if name == "per-decision":
             training._units = lambda batch, micro_batch: [[it] for it in batch]
+        if name == "prefix-cast":  # autocast casting the frozen weights in every pass
+            policy.bf16_weights = nullcontext
         try:
             start = time.perf_counter()
             policy.update(items)
             return time.perf_counter() - start
         finally:
             training._units = shared_units
+            vars(policy).pop("bf16_weights", None)
 
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):

@@ -189,6 +189,27 @@ def test_bf16_autocast_stays_close_to_fp32(policy, prompt, monkeypatch):
     assert stats["steps"] == 1 and stats["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
 
 
+def test_acting_on_bf16_copies_of_the_frozen_weights_changes_no_number(policy, prompt, monkeypatch):
+    monkeypatch.setattr(policy, "autocast", True)
+    linear = policy.model.get_decoder().layers[0].mlp.up_proj
+    original = linear.weight
+    with torch.no_grad(), policy.autocast_context():  # autocast casting every weight on every call
+        plain = policy.candidate_scores(prompt, [policy.action_ids(a) for a in ACTIONS]).float()
+    state = policy.generator.get_state()
+    with torch.no_grad(), policy.autocast_context():
+        tokens = policy.model.generate(
+            input_ids=torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=policy.pad_id
+        )[0, len(prompt) :].tolist()
+    assert torch.equal(policy.score_actions(prompt, ACTIONS), plain)  # bit for bit
+    policy.generator.set_state(state)
+    cut = tokens[: tokens.index(policy.eos_id) + 1] if policy.eos_id in tokens else tokens
+    assert policy.generate([prompt], max_new_tokens=8, greedy=True) == [cut]
+    with policy.acting_context():
+        assert linear.weight.dtype == torch.bfloat16
+        assert policy.model.get_input_embeddings().weight.dtype == torch.float32  # the lookup stays fp32
+    assert linear.weight is original  # put back after the block
+
+
 @pytest.mark.parametrize("lora", [None, LoraSpec(rank=2, alpha=4, dropout=0.5, target_modules=("q_proj",))])
 def test_second_epoch_is_off_policy_and_clipped(tiny_model_dir, lora):
     # With dropout the old log-probs come from their own no-grad pass; without, from epoch 1.

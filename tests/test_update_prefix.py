@@ -189,3 +189,16 @@ def test_passes_keep_to_the_token_and_cache_budgets(monkeypatch):
     assert sharing.passes([4, 4, 4, 12, 1], prefix=1) == [[0, 1], [2], [3], [4]]
     monkeypatch.setattr(sharing, "CACHE_ROWS", 20)
     assert sharing.passes([1, 1, 1, 1, 1], prefix=10) == [[0, 1], [2, 3], [4]]
+
+
+def test_bf16_copies_of_the_frozen_weights_give_the_same_update(policy, monkeypatch):
+    # Under autocast the update runs on bf16 copies of the frozen weights, made once (not once per
+    # pass): autocast's own cast is the same rounding, so the gradient is the same bit for bit.
+    from contextlib import nullcontext
+
+    monkeypatch.setattr(policy, "autocast", True)
+    copied, copied_grads = _update(policy, monkeypatch, True, 0.0)
+    monkeypatch.setattr(policy, "bf16_weights", nullcontext)
+    cast, cast_grads = _update(policy, monkeypatch, True, 0.0)
+    assert copied["loss"] == cast["loss"] and copied["grad_norm"] == cast["grad_norm"]
+    assert all(torch.equal(a, b) for a, b in zip(copied_grads, cast_grads, strict=True))

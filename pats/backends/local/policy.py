@@ -169,6 +169,16 @@ class LocalPolicy:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
+    def bf16_weights(self):
+        """Under autocast, the frozen linear weights as bf16 copies for the block (`frozen_in_bf16`)."""
+        return frozen_in_bf16(self.model) if self.autocast else nullcontext()
+
+    @contextmanager
+    def acting_context(self) -> Iterator[None]:
+        """Autocast for passes without gradients, on bf16 copies of the frozen weights."""
+        with self.autocast_context(), self.bf16_weights():
+            yield
+
     def candidate_scores(
         self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None
     ) -> Tensor:
@@ -187,7 +197,8 @@ class LocalPolicy:
     @torch.no_grad()
     def score_actions(self, prompt_ids: Sequence[int], actions: Sequence[str]) -> Tensor:
         """Score of each action text after the prompt (sum or mean token log-prob per the spec). (K,)"""
-        return self.candidate_scores(prompt_ids, [self.action_ids(a) for a in actions]).float().cpu()
+        with self.acting_context():
+            return self.candidate_scores(prompt_ids, [self.action_ids(a) for a in actions]).float().cpu()
 
     def choose(self, prompt_ids: Sequence[int], actions: Sequence[str], greedy: bool) -> tuple[int, Tensor]:
         """(index of the chosen action, the distribution it was drawn from (K,))."""
@@ -207,7 +218,7 @@ class LocalPolicy:
         then one draw per decision, in order, so the generator is used as `choose` one by one would."""
         if not supports_batching(self.model):
             return [self.choose([*h, *r], a, greedy) for (h, r), a in zip(prompts, actions, strict=True)]
-        with self.autocast_context():
+        with self.acting_context():
             scores = score_batch(
                 self.model,
                 PrefixStore() if store is None else store,
@@ -261,7 +272,7 @@ class LocalPolicy:
             return self.generate([[*h, *r] for h, r in prompts], max_new_tokens, greedy)
         store = PrefixStore() if store is None else store
         decoder = self.model.get_decoder()
-        with self.autocast_context():
+        with self.acting_context():
             store.ensure(decoder, heads)
         cache, _ = store.stack(decoder, [[h] for h in heads])  # row r: its prefix from column 0
         width, longest = cache.get_seq_length(), max(len(r) for _, r in prompts)
@@ -293,7 +304,7 @@ class LocalPolicy:
         # HF samples from the global RNG; seed it from our generator inside a forked RNG state, so runs
         # are reproducible and the caller's global RNG is left as it was.
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), self.autocast_context():
+        with torch.random.fork_rng(devices=devices), self.acting_context():
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=config
@@ -380,6 +391,29 @@ class LocalPolicy:
         self.generator.set_state(rng["sampler"])
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
+
+
+@contextmanager
+def frozen_in_bf16(model: torch.nn.Module) -> Iterator[None]:
+    """Within the block, every frozen fp32 linear weight (LoRA's base layers, the LM head) is replaced
+    by its bf16 copy; the originals are put back after it.
+
+    Under autocast a linear layer casts its weight to bf16 on every call, and autocast keeps the cast
+    only for weights that train: so each forward pass copies the whole model once more. In generate
+    mode that is every new token, most of a decode step's time on a CPU. The copy made here is the
+    same rounding autocast applies, so the numbers do not change (tests/test_local_policy.py).
+    A tied LM head gets its own copy; the embedding lookup keeps reading the fp32 table."""
+    swapped = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, torch.nn.Linear) and weight.dtype == torch.float32 and not weight.requires_grad:
+            module.weight = torch.nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
+            swapped.append((module, weight))
+    try:
+        yield
+    finally:
+        for module, weight in swapped:
+            module.weight = weight
 
 
 def _check_plain_head(model) -> None:

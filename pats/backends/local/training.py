@@ -61,6 +61,8 @@ class Updatable(Protocol):
 
     def autocast_context(self) -> AbstractContextManager: ...
 
+    def bf16_weights(self) -> AbstractContextManager: ...
+
     def candidate_scores(
         self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None
     ) -> Tensor: ...
@@ -254,6 +256,11 @@ def run_update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
     (before clipping), averaged over epochs; tokens and items trained per epoch; steps taken;
     skipped (1 when no step was taken), no_signal (all advantages zero), nonfinite (epochs dropped).
     """
+    with policy.bf16_weights():  # frozen weights cast once, not once per pass (same numbers)
+        return _update(policy, batch)
+
+
+def _update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
     trainer, model = policy.trainer, policy.model
     items = list(batch)
     stats = dict.fromkeys(("loss", "clip_frac", "approx_kl", "ratio_mean", "kl", "grad_norm"), 0.0)
