@@ -4,11 +4,11 @@ All episodes of a step advance together, one turn at a time: the policy acts for
 (score mode: all episodes' candidates scored in a few batched passes, each system prompt computed
 once per rollout, or one scoring pass per episode; generate mode: one batched `generate` over all of
 them, each system prompt's keys/values likewise computed once per rollout), then every environment
-steps concurrently. `rollout` returns each group with its rollouts'
-played turns (`Played.training`: ScoredTurn / GeneratedTurn), and `update` turns them into training
-items (ChoiceItem / TrainItem) once the group's rewards give their advantages. Departures from the published setup: episodes are a fresh prompt per turn with a history
-window (as verl-agent), not a growing chat; each item is weighted 1 / turns so every episode counts
-once in the loss.
+steps concurrently. `rollout` returns each group with its rollouts' played turns (`Played.training`:
+ScoredTurn / GeneratedTurn), and `update` turns them into training items (ChoiceItem / TrainItem)
+once the group's rewards give their advantages. Departures from the published setup: episodes are
+a fresh prompt per turn with a history window (as verl-agent), not a growing chat; each item is
+weighted 1 / turns so every episode counts once in the loss.
 """
 
 from __future__ import annotations

@@ -399,9 +399,9 @@ def frozen_in_bf16(model: torch.nn.Module) -> Iterator[None]:
     by its bf16 copy; the originals are put back after it.
 
     Under autocast a linear layer casts its weight to bf16 on every call, and autocast keeps the cast
-    only for weights that train: so each forward pass copies the whole model once more. In generate
-    mode that is every new token, most of a decode step's time on a CPU. The copy made here is the
-    same rounding autocast applies, so the numbers do not change (tests/test_local_policy.py).
+    only for weights that train: so each forward pass copies the whole model once more, in generate
+    mode once per new token. The copy made here is the same rounding autocast applies, so the numbers
+    do not change (tests/test_local_policy.py, tests/test_update_prefix.py).
     A tied LM head gets its own copy; the embedding lookup keeps reading the fp32 table."""
     swapped = []
     for module in model.modules():

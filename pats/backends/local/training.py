@@ -184,7 +184,7 @@ def _unit_logprobs(
     policy: Updatable, model, unit: Sequence[Item], shared: SharedPrefix
 ) -> tuple[Tensor, Tensor]:
     """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences
-    (B, T - n - 1 after a shared prefix of n tokens), (B, 1) for choices (each one's log-probability
+    (fewer after a shared prefix: SharedPrefix.sequences), (B, 1) for choices (each one's log-probability
     under the softmax over its candidates), their prompts' prefix from `shared` unless it is empty
     (then the unit is whole sequences or one decision's choices)."""
     device = policy.device
