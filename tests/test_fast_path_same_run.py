@@ -67,9 +67,7 @@ def test_the_fast_path_runs_the_same_experiment_in_fp32(repo, tmp_path):
     assert fast_weights.keys() == slow_weights.keys()
     # Adam's first steps move each weight by ~lr x sign(gradient), so a gradient that rounding moves
     # across zero flips that weight's step: compare whole matrices, not elements.
-    distance = {
-        name: float((fast_weights[name] - w).norm() / w.norm()) for name, w in slow_weights.items()
-    }
+    distance = {name: float((fast_weights[name] - w).norm() / w.norm()) for name, w in slow_weights.items()}
     print("largest relative distance of an adapter matrix:", max(distance.values()))
     assert max(distance.values()) < 1e-2, sorted(distance.items(), key=lambda kv: -kv[1])[:3]
     assert all(w.norm() > 0 for w in slow_weights.values())  # trained (LoRA's B starts at zero)
