@@ -3,7 +3,7 @@
 `counted_gflop` counts the FLOPs a call really runs (torch's FlopCounterMode: matmuls and attention,
 forward and backward, padding and recomputation included), `matmul_gflops` measures a plain bf16
 matmul at a given shape, so a phase's GFLOP/s can be read against the same shapes and against a
-large one (2048^3), where this CPU's AMX units come closest to their limit.
+large one (2048^3), where a CPU's bf16 units come closest to their limit.
 """
 
 from __future__ import annotations

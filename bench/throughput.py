@@ -23,6 +23,7 @@ import torch
 from common import RESULTS, write_result
 
 from pats.backends.local.backend import LocalBackend
+from pats.backends.local.policy import left_padded, up_to_eos
 from pats.engine.run import make_env_factory
 from pats.episode import Episode
 from pats.protocols import GroupPlan
@@ -58,19 +59,14 @@ def first_prompts(backend: LocalBackend, make_env, n: int):
 @torch.no_grad()
 def raw_generate(policy, prompts, new_tokens: int) -> list[list[int]]:
     """HF `model.generate` on left-padded prompts, sampling as pats does, under plain autocast."""
-    longest = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), longest), policy.pad_id)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), 1
+    ids, mask = left_padded(prompts, policy.pad_id)
     with policy.autocast_context():
         out = policy.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
             temperature=policy.spec.temperature, top_p=policy.spec.top_p, top_k=0,
             eos_token_id=policy.eos_id, pad_token_id=policy.pad_id,
         )  # fmt: skip
-    rows = out[:, longest:].tolist()
-    return [r[: r.index(policy.eos_id) + 1] if policy.eos_id in r else r for r in rows]
+    return [up_to_eos(row, policy.eos_id) for row in out[:, ids.shape[1] :].tolist()]
 
 
 def bench_generate(args, results):

@@ -80,34 +80,23 @@ def main() -> None:
     asyncio.run(backend.close())
     top = spec.policy.model_copy(update={"lora": spec.policy.lora.model_copy(update={"top_layers": 8})})
     top_policy = LocalPolicy(top, spec.trainer, spec.seed)
-    # name -> (policy, trainer.update_prefix_sharing); the first is the baseline of the ratios
-    if args.action == "score":
-        variants = {
-            "per-decision": (backend.policy, False),
-            "shared": (backend.policy, False),
-            "shared+top8": (top_policy, False),
-            "prefix": (backend.policy, True),
-            "prefix-cast": (backend.policy, True),
-            "prefix+top8": (top_policy, True),
-        }
-        pairs = {
-            "prefix/shared": ("prefix", "shared"),
-            "prefix+top8/shared+top8": ("prefix+top8", "shared+top8"),
-            "prefix/prefix-cast": ("prefix", "prefix-cast"),
-        }
-    else:
-        variants = {
-            "whole": (backend.policy, False),
-            "whole+top8": (top_policy, False),
-            "prefix": (backend.policy, True),
-            "prefix-cast": (backend.policy, True),
-            "prefix+top8": (top_policy, True),
-        }
-        pairs = {
-            "prefix/whole": ("prefix", "whole"),
-            "prefix+top8/whole+top8": ("prefix+top8", "whole+top8"),
-            "prefix/prefix-cast": ("prefix", "prefix-cast"),
-        }
+    # name -> (policy, trainer.update_prefix_sharing); the first is the baseline of the ratios.
+    # Without prefix sharing: score mode's shared passes (and one pass per decision), generate mode's
+    # whole sequences.
+    plain = "shared" if args.action == "score" else "whole"
+    variants = {"per-decision": (backend.policy, False)} if args.action == "score" else {}
+    variants |= {
+        plain: (backend.policy, False),
+        f"{plain}+top8": (top_policy, False),
+        "prefix": (backend.policy, True),
+        "prefix-cast": (backend.policy, True),
+        "prefix+top8": (top_policy, True),
+    }
+    pairs = {
+        f"prefix/{plain}": ("prefix", plain),
+        f"prefix+top8/{plain}+top8": ("prefix+top8", f"{plain}+top8"),
+        "prefix/prefix-cast": ("prefix", "prefix-cast"),
+    }
     shared_units = training._units
 
     def run(name: str) -> float:

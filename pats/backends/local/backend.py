@@ -169,40 +169,40 @@ class LocalBackend:
         samples them in one batch; with `trainer.rollout_batching` their system prompts' keys/values
         are kept in `prefixes` across turns (else score mode goes one episode at a time and generate
         mode runs whole prompts)."""
-        if self.spec.policy.action == "score":
-            actions = [list(s.episode.state.admissible) for s in live]
-            parts = [self._prompt_parts(s.episode, a) for s, a in zip(live, actions, strict=True)]
+        score = self.spec.policy.action == "score"
+        admissible = [list(s.episode.state.admissible) for s in live]
+        parts = [
+            self._prompt_parts(s.episode, a if score else a or None)
+            for s, a in zip(live, admissible, strict=True)
+        ]
+        if self.policy.trainer.rollout_batching:  # the system prompt apart: its keys/values are reused
+            split = [self.policy.chat_split(system, user) for system, user in parts]
+        else:
+            split = [([], self.policy.chat_ids(system, user)) for system, user in parts]
+        prompts = [head + rest for head, rest in split]
+        if score:
             if self.policy.trainer.rollout_batching:
-                split = [self.policy.chat_split(system, user) for system, user in parts]
-                prompts = [head + rest for head, rest in split]
-                chosen = [i for i, _ in self.policy.choose_batch(split, actions, greedy, prefixes)]
+                chosen = [i for i, _ in self.policy.choose_batch(split, admissible, greedy, prefixes)]
             else:
-                prompts = [self.policy.chat_ids(system, user) for system, user in parts]
-                chosen = [self.policy.choose(p, a, greedy)[0] for p, a in zip(prompts, actions, strict=True)]
+                chosen = [
+                    self.policy.choose(p, a, greedy)[0] for p, a in zip(prompts, admissible, strict=True)
+                ]
             out = []
-            for seat, prompt, acts, index in zip(live, prompts, actions, chosen, strict=True):
+            for seat, prompt, acts, index in zip(live, prompts, admissible, chosen, strict=True):
                 seat.played.append(ScoredTurn(tuple(prompt), tuple(acts), index))
                 action = acts[index]
                 tokens = len(self.policy.action_ids(action))
                 out.append(Act(action, action, prompt_tokens=len(prompt), response_tokens=tokens))
             return out
-        parts = [self._prompt_parts(s.episode, list(s.episode.state.admissible) or None) for s in live]
-        limit = self.spec.policy.max_new_tokens
-        if self.policy.trainer.rollout_batching:
-            split = [self.policy.chat_split(system, user) for system, user in parts]
-            prompts = [head + rest for head, rest in split]
-            outputs = self.policy.generate_batch(split, limit, greedy, prefixes)
-        else:
-            prompts = [self.policy.chat_ids(system, user) for system, user in parts]
-            outputs = self.policy.generate(prompts, limit, greedy)
+        # With nothing split off, generate_batch runs the whole prompts.
+        outputs = self.policy.generate_batch(split, self.spec.policy.max_new_tokens, greedy, prefixes)
         out = []
-        for seat, prompt, response in zip(live, prompts, outputs, strict=True):
+        for seat, prompt, response, acts in zip(live, prompts, outputs, admissible, strict=True):
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
-            admissible = list(seat.episode.state.admissible) or None
             parses = seat.env.parses_output
             out.append(
                 read_output(
-                    text, admissible, parses, prompt_tokens=len(prompt), response_tokens=len(response)
+                    text, acts or None, parses, prompt_tokens=len(prompt), response_tokens=len(response)
                 )
             )
             if response:

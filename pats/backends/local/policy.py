@@ -246,12 +246,7 @@ class LocalPolicy:
         run whole, left-padded."""
         if not prompt_ids_batch:
             return []
-        longest = max(len(p) for p in prompt_ids_batch)
-        ids = torch.full((len(prompt_ids_batch), longest), self.pad_id, device=self.device)  # (B, P)
-        mask = torch.zeros_like(ids)
-        for i, prompt in enumerate(prompt_ids_batch):  # left padding: every row ends where it continues
-            ids[i, longest - len(prompt) :] = torch.tensor(list(prompt), device=self.device)
-            mask[i, longest - len(prompt) :] = 1
+        ids, mask = left_padded(prompt_ids_batch, self.pad_id, self.device)
         return self._sample(ids, mask, None, max_new_tokens, greedy)
 
     @torch.no_grad()
@@ -309,11 +304,7 @@ class LocalPolicy:
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, past_key_values=cache, generation_config=config
             )
-        results = []
-        for row in out[:, ids.shape[1] :].tolist():
-            end = row.index(self.eos_id) + 1 if self.eos_id in row else len(row)
-            results.append(row[:end])
-        return results
+        return [up_to_eos(row, self.eos_id) for row in out[:, ids.shape[1] :].tolist()]
 
     # -- training ------------------------------------------------------------------------------
 
@@ -391,6 +382,23 @@ class LocalPolicy:
         self.generator.set_state(rng["sampler"])
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[Tensor, Tensor]:
+    """(ids, attention mask), each (B, P): the prompts left-padded, so every row ends where it
+    continues."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), pad_id, device=device)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, longest - len(prompt) :] = torch.tensor(list(prompt), device=device)
+        mask[i, longest - len(prompt) :] = 1
+    return ids, mask
+
+
+def up_to_eos(tokens: list[int], eos_id: int) -> list[int]:
+    """New tokens up to and including the first eos (all of them when none)."""
+    return tokens[: tokens.index(eos_id) + 1] if eos_id in tokens else tokens
 
 
 @contextmanager

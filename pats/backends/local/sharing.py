@@ -84,6 +84,23 @@ def passes(sizes: Sequence[int], prefix: int) -> list[list[int]]:
     return out
 
 
+def right_padded(
+    unit: Sequence[TrainItem], start: int, pad_id: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(ids, attention mask, loss mask), each (B, T - start): the sequences from token `start` on,
+    right-padded to the longest."""
+    longest = max(len(it.input_ids) for it in unit) - start
+    ids = torch.full((len(unit), longest), pad_id, device=device)
+    attention = torch.zeros_like(ids)
+    loss_mask = torch.zeros_like(ids)
+    for i, it in enumerate(unit):
+        rest = it.input_ids[start:]
+        ids[i, : len(rest)] = torch.tensor(rest, device=device)
+        attention[i, : len(rest)] = 1
+        loss_mask[i, : len(rest)] = torch.tensor(it.loss_mask[start:], device=device)
+    return ids, attention, loss_mask
+
+
 class SharedPrefix:
     """One prompt prefix's keys/values, computed once (with gradients when enabled), for the passes
     over its decisions' suffixes; `backward` then sends their gradient through the prefix's pass."""
@@ -135,20 +152,12 @@ class SharedPrefix:
 
         policy, n, rows = self.policy, len(self.prefix), len(unit)
         device = policy.device
-        longest = max(len(it.input_ids) for it in unit) - n
-        ids = torch.full((rows, longest), policy.pad_id, device=device)  # (B, T - n), right-padded
-        attention = torch.zeros_like(ids)
-        loss_mask = torch.zeros_like(ids)
-        for i, it in enumerate(unit):
-            rest = it.input_ids[n:]
-            ids[i, : len(rest)] = torch.tensor(rest, device=device)
-            attention[i, : len(rest)] = 1
-            loss_mask[i, : len(rest)] = torch.tensor(it.loss_mask[n:], device=device)
+        ids, attention, loss_mask = right_padded(unit, n, policy.pad_id, device)  # (B, T - n) each
         cache = DynamicCache(config=self.model.config)
         for layer, (keys, values) in enumerate(self.store.kv[self.prefix]):  # (1, h, n, d) each
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
         seen = torch.cat([torch.ones((rows, n), dtype=attention.dtype, device=device), attention], dim=1)
-        positions = torch.arange(n, n + longest, device=device).expand(rows, -1)  # (B, T - n)
+        positions = torch.arange(n, n + ids.shape[1], device=device).expand(rows, -1)  # (B, T - n)
         with policy.autocast_context():
             hidden = self.model.get_decoder()(
                 input_ids=ids,

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from pats.backends.local import grpo
 from pats.backends.local.scoring import supports_batching
-from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups
+from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups, right_padded
 from pats.spec.models import LocalTrainerSpec, PolicySpec
 
 
@@ -205,14 +205,7 @@ def _unit_logprobs(
         chosen = torch.tensor([it.chosen for it in unit], device=scores.device)  # (B,)
         logp = torch.log_softmax(scores / policy.spec.temperature, dim=-1)[chosen]
         return logp.view(-1, 1), torch.ones((len(unit), 1), device=device)
-    longest = max(len(it.input_ids) for it in unit)
-    ids = torch.full((len(unit), longest), policy.pad_id, device=device)  # (B, T), right-padded
-    attention = torch.zeros_like(ids)
-    loss_mask = torch.zeros_like(ids)
-    for i, it in enumerate(unit):
-        ids[i, : len(it.input_ids)] = torch.tensor(it.input_ids, device=device)
-        attention[i, : len(it.input_ids)] = 1
-        loss_mask[i, : len(it.loss_mask)] = torch.tensor(it.loss_mask, device=device)
+    ids, attention, loss_mask = right_padded(unit, 0, policy.pad_id, device)  # (B, T) each
     with policy.autocast_context():
         logp = grpo.token_logprobs(model, ids, attention, policy.trainer.logprob_chunk)  # (B, T - 1)
     return logp.float(), (loss_mask[:, 1:] * attention[:, 1:]).float()  # targets are tokens 1..T-1
