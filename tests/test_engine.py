@@ -171,3 +171,26 @@ def test_static_never_edits_and_grow_only_adds(tmp_path, count_tokens, repo, mod
         assert ops == set() and len(set(sizes)) == 1
     else:
         assert ops == {"ADD"} and sizes == sorted(sizes) and sizes[-1] > sizes[0]
+
+
+def test_pool_evaluation_plays_the_training_tasks_without_the_scaffold(tmp_path, count_tokens):
+    spec = make_spec()
+    backend = ScriptedBackend(improving_schedule(), seed=1)
+    engine = make_engine(spec, tmp_path, backend, count_tokens)
+    pool = FakeEnv(num_tasks=4).tasks("train")
+    engine.pool_tasks = pool
+    engine.spec = spec.model_copy(update={"trainer": spec.trainer.model_copy(update={"steps": 10})})
+    played: list[tuple[str, bool]] = []
+    evaluate = backend.evaluate
+
+    async def spy(tasks, views):
+        played.extend((t.id, v.empty) for t, v in zip(tasks, views, strict=True))
+        return await evaluate(tasks, views)
+
+    backend.evaluate = spy
+    asyncio.run(engine.run())
+    engine.events.close()
+    evals = read_events(tmp_path / "events.jsonl", "eval")
+    assert len(evals) == 1 and 0.0 <= evals[0]["metrics"]["pool/success"] <= 1.0
+    assert {t.id for t in pool} <= {task for task, empty in played if empty}
+    assert all(empty for task, empty in played if task in {t.id for t in pool})

@@ -53,6 +53,10 @@ def test_gap_is_zero_without_guidance_and_positive_with_the_plan(setup, count_to
                               created_step=0, updated_step=0)  # fmt: skip
         return render_view([entry], task, count_tokens, 400, "v")
 
+    # Without a scaffold (scaffold.mode: none) only the no-scaffold NLL: the same number.
+    alone = gap.measure(None)
+    assert alone == {"eval/expert_nll": empty["eval/expert_nll"], "eval/expert_pairs": float(len(pairs))}
+
     guided = gap.measure(own_plan)
     assert guided["eval/expert_nll"] == pytest.approx(empty["eval/expert_nll"])
     assert guided["eval/likelihood_gap"] > 0, guided

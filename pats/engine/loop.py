@@ -36,9 +36,12 @@ class Engine:
     checkpoint: Callable[[int], None] | None = None  # called after a step's end is on disk
     stop_requested: bool = False  # set by a signal handler: stop at the next step boundary
     nonfinite_in_a_row: int = 0
-    # The response-likelihood gap at each evaluation: view_for(task) -> metrics (see
-    # pats/backends/local/reliance.py); None where the policy does not score actions.
-    likelihood_gap: Callable[[Callable[[Task], ScaffoldView]], dict[str, float]] | None = None
+    # The response-likelihood gap at each evaluation: view_for(task) or None (no scaffold: the
+    # no-scaffold expert NLL only) -> metrics (see pats/backends/local/reliance.py); None where the
+    # policy does not score actions.
+    likelihood_gap: Callable[[Callable[[Task], ScaffoldView] | None], dict[str, float]] | None = None
+    # The training pool, played without the scaffold at each evaluation (eval.pool); () when off.
+    pool_tasks: Sequence[Task] = ()
 
     async def run(self, start_step: int = 0) -> int | None:
         """Train from `start_step`; returns the last finished step when a stop was requested early."""
@@ -102,7 +105,8 @@ class Engine:
         return result, start, time.perf_counter()
 
     async def evaluate(self, step: int) -> dict[str, float]:
-        """Held-out tasks without the scaffold (deployment), and with it for the reliance gap."""
+        """Held-out tasks without the scaffold (deployment), and with it for the reliance gap; the
+        training pool without it (eval.pool); the expert actions' likelihood with and without it."""
         metrics = rollout_metrics(
             await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks)), "eval"
         )
@@ -115,8 +119,12 @@ class Engine:
             metrics["eval/reliance_gap"] = (
                 with_scaffold["eval_with_scaffold/success"] - metrics["eval/success"]
             )
-        if self.likelihood_gap is not None and self.scaffold.store is not None:
-            metrics |= await asyncio.to_thread(self.likelihood_gap, self.scaffold.view)
+        if self.pool_tasks:
+            none = [EMPTY_VIEW] * len(self.pool_tasks)
+            metrics |= rollout_metrics(await self.backend.evaluate(self.pool_tasks, none), "pool")
+        if self.likelihood_gap is not None:
+            view_for = self.scaffold.view if self.scaffold.store is not None else None
+            metrics |= await asyncio.to_thread(self.likelihood_gap, view_for)
         self.events.write(step, "eval", metrics=metrics)
         for sink in self.sinks:
             sink.log(max(step, 0), metrics)

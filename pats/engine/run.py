@@ -175,6 +175,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
         scaffold=scaffold,
         sampler=TaskSampler(train_tasks, spec.trainer.tasks_per_step, spec.seed),
         eval_tasks=eval_tasks,
+        pool_tasks=train_tasks if spec.eval.pool else (),
         events=EventLog(run_dir / "events.jsonl", keep_through=done),
         sinks=sinks,
         checkpoint=checkpoint,
@@ -217,7 +218,7 @@ async def _likelihood_gap(spec: ExperimentSpec, env, backend, train_tasks):
     """The gap's measurement over the expert pairs of the first `eval.gap_tasks` training tasks, or
     None (with a line on stderr) where it cannot be measured."""
     n = spec.eval.gap_tasks
-    if n == 0 or spec.scaffold.mode == "none":
+    if n == 0:
         return None
     if spec.policy.action != "score":
         print("note: eval.gap_tasks needs policy.action: score on the local backend; no likelihood gap",

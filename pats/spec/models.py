@@ -279,7 +279,14 @@ class EvalSpec(SpecModel):
         description="Training tasks whose expert plans give the (state, action) pairs of the response-"
         "likelihood gap (eval/likelihood_gap: expert-action NLL without minus with the scaffold), measured "
         "at every evaluation; 0 turns it off. Needs score mode on the local backend and an environment "
-        "with expert plans (elsewhere no pairs are built, and the run says so at start).",
+        "with expert plans (elsewhere no pairs are built, and the run says so at start). Under "
+        "scaffold.mode: none only the no-scaffold NLL is measured (eval/expert_nll).",
+    )
+    pool: bool = Field(
+        False,
+        description="At each evaluation also play every training task (the environment's training pool) "
+        "without the scaffold, as the held-out tasks are played (pool/success): what the method claims the "
+        "policy internalizes from guidance it trained with.",
     )
 
 

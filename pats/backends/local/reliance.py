@@ -71,19 +71,21 @@ class LikelihoodGap:
     def nll(self, views: Sequence[ScaffoldView]) -> list[float]:
         return self.backend.expert_nll(self.pairs, views)
 
-    def measure(self, view_for: Callable[[Task], ScaffoldView], prefix: str = "eval") -> dict[str, float]:
-        """`<prefix>/expert_nll` without the scaffold, `..._with_scaffold`, and `<prefix>/likelihood_gap`."""
+    def measure(
+        self, view_for: Callable[[Task], ScaffoldView] | None, prefix: str = "eval"
+    ) -> dict[str, float]:
+        """`<prefix>/expert_nll` without the scaffold and, given `view_for` (a run with a scaffold),
+        `..._with_scaffold` and `<prefix>/likelihood_gap`."""
         if not self.pairs:
             return {}
         without = self.nll([EMPTY_VIEW] * len(self.pairs))
-        with_ = self.nll([view_for(p.task) for p in self.pairs])
-        a, b = sum(without) / len(without), sum(with_) / len(with_)
-        return {
-            f"{prefix}/expert_nll": a,
-            f"{prefix}/expert_nll_with_scaffold": b,
-            f"{prefix}/likelihood_gap": a - b,
-            f"{prefix}/expert_pairs": float(len(self.pairs)),
-        }
+        a = sum(without) / len(without)
+        out = {f"{prefix}/expert_nll": a, f"{prefix}/expert_pairs": float(len(self.pairs))}
+        if view_for is not None:
+            with_ = self.nll([view_for(p.task) for p in self.pairs])
+            b = sum(with_) / len(with_)
+            out |= {f"{prefix}/expert_nll_with_scaffold": b, f"{prefix}/likelihood_gap": a - b}
+        return out
 
 
 def action_nll(probs, index: int) -> float:

@@ -1,0 +1,240 @@
+"""Does the trainer move the policy at these settings? The learning pilot before any comparison.
+
+Plain GRPO (`scaffold.mode: none`) on the twc1 training pool (the first `--pool` train-fold games,
+which recur), `--tasks-per-step` tasks a step, `--group` rollouts each, `--steps` steps, at each of a
+grid of learning settings (lr x LoRA layers) and `--seeds`. Every `--eval-every` steps (and before the
+first) the engine measures, without any scaffold:
+- pool success: every pool game played `--samples` times, sampled (`eval.pool`: the primary
+  endpoint of the demonstration, what the method claims the policy internalizes);
+- the expert actions' NLL along the pool games' winning expert plans (`eval/expert_nll`);
+then the last checkpoint plays `--heldout` dev games never looked at before (from `--heldout-offset`,
+`--samples` each), beside the untrained policy on the same games and the same sampling seeds (the
+`untrained-s<seed>` cells).
+
+Settings are chosen from pool metrics only (docs/results.md states the rule before the cells ran):
+stage `lr` runs every lr at `--top-layers`; stage `layers` runs the chosen lr with LoRA on every layer.
+
+Each cell writes bench/results/pilot/<campaign>/<cell>.json when it finishes (commit it); a rerun
+fills only the missing ones, and an interrupted cell resumes from its checkpoint
+(bench/runs/pilot/<campaign>/<cell>/, ignored by git).
+
+    python bench/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
+    python bench/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
+    python bench/pilot.py --report-only      # the table from the committed cells
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import REPO, RESULTS, fmt, heldout, read_run, run_condition  # noqa: E402
+from sensitivity import setting_spec  # noqa: E402
+
+LRS = (1e-3, 3e-4, 1e-4)
+PER_RUN = ("stage", "seeds", "report_only")
+
+
+def cell_name(lr: float, top_layers: int | None, seed: int) -> str:
+    return f"lr{lr:.0e}-{'top' + str(top_layers) if top_layers else 'all'}-s{seed}"
+
+
+def base_spec(args) -> Path:
+    """twc1 with the pilot's sizes, no scaffold; written once per campaign (every cell's base)."""
+    from pats.spec.loader import spec_to_yaml
+    from pats.spec.models import ExperimentSpec
+
+    out = REPO / "bench" / "runs" / "pilot" / args.campaign
+    out.mkdir(parents=True, exist_ok=True)
+    data = setting_spec("twc1").model_dump(mode="json")
+    data["environment"].update(num_train_tasks=args.pool, num_eval_tasks=args.eval_tasks)
+    data["trainer"].update(steps=args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group,
+                           checkpoint_every=2)  # fmt: skip
+    data["scaffold"].update(mode="none", initial_bank=None)
+    data["eval"].update(every=args.eval_every, at_start=True, num_tasks=args.eval_tasks, greedy=False,
+                        samples_per_task=args.samples, with_scaffold=False, gap_tasks=args.pool, pool=True)  # fmt: skip
+    data["logging"].update(progress=False, wandb="offline")
+    path = out / "base.yaml"
+    path.write_text(spec_to_yaml(ExperimentSpec.model_validate(data)))
+    return path
+
+
+def per_task(held: dict) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for task, success in zip(held["tasks"], held["success"], strict=True):
+        out.setdefault(task, []).append(success)
+    return out
+
+
+def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Path) -> dict:
+    name = cell_name(lr, top_layers, seed)
+    run_dir = REPO / "bench" / "runs" / "pilot" / args.campaign / name
+    start = time.time()
+    layers = f"policy.lora.top_layers={top_layers if top_layers else 'null'}"
+    what = run_condition(str(spec_file), [f"trainer.lr={lr}", layers, f"seed={seed}"], run_dir)
+    cache = run_dir / "report" / f"heldout_{args.heldout}_from{args.heldout_offset}.json"
+    held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
+    run = read_run(run_dir)
+    keys = ("pool/success", "eval/expert_nll", "eval/success")
+    return {
+        "cell": name,
+        "lr": lr,
+        "top_layers": top_layers,
+        "seed": seed,
+        "trained": what,
+        "seconds": round(time.time() - start, 1),
+        "curve": [{"steps_done": s, **{k: m.get(k) for k in keys}} for s, m in run["evals"]],
+        "train": [
+            {
+                "step": s,
+                "success": m.get("train/success"),
+                "informative_groups": m.get("train/informative_groups"),
+            }
+            for s, m in run["steps"]
+        ],  # fmt: skip
+        "heldout": {
+            "episodes": len(held["success"]),
+            "successes": sum(held["success"]),
+            "per_task": per_task(held),
+        },
+    }
+
+
+def untrained_cell(args, seed: int, spec_file: Path) -> dict:
+    """The untrained policy on the same held-out games, sampled with the cell seed's stream."""
+    from pats.spec import load_spec
+
+    spec = load_spec(spec_file, [f"seed={seed}"])
+    cache = REPO / "bench" / "runs" / "pilot" / args.campaign / f"untrained-s{seed}" / "heldout.json"
+    held = heldout(cache, args.heldout, base_spec=spec, offset=args.heldout_offset)
+    return {"cell": f"untrained-s{seed}", "seed": seed,
+            "heldout": {"episodes": len(held["success"]), "successes": sum(held["success"]), "per_task": per_task(held)}}  # fmt: skip
+
+
+def load_cells(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def final_pool(cell: dict) -> float:
+    return cell["curve"][-1]["pool/success"]
+
+
+def chosen_lr(cells: list[dict], top_layers: int) -> float | None:
+    """The stated rule: the lr with the highest mean final pool success over seeds (ties within 0.02
+    to the lower lr); None until every lr has its seeds."""
+    means = {}
+    for lr in LRS:
+        mine = [c for c in cells if c.get("lr") == lr and c.get("top_layers") == top_layers]
+        if not mine:
+            return None
+        means[lr] = statistics.mean(final_pool(c) for c in mine)
+    best = max(means.values())
+    return min(lr for lr, m in means.items() if m >= best - 0.02)
+
+
+def summarize(cells: list[dict]) -> str:
+    trained = [c for c in cells if "lr" in c]
+    untrained = {c["seed"]: c for c in cells if c["cell"].startswith("untrained")}
+    rows = ["| lr | LoRA layers | seeds | pool success by steps done (mean over seeds) | final - start, per seed "
+            "| expert NLL start -> end | held-out success (per seed) | untrained held-out (same seeds) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    groups: dict[tuple, list[dict]] = {}
+    for c in trained:
+        groups.setdefault((c["lr"], c["top_layers"]), []).append(c)
+    for (lr, top), cs in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1] or 99)):
+        steps = [p["steps_done"] for p in cs[0]["curve"]]
+        curve = " / ".join(
+            f"{s}: {statistics.mean(c['curve'][i]['pool/success'] for c in cs):.2f}"
+            for i, s in enumerate(steps)
+        )
+        deltas = ", ".join(f"{final_pool(c) - c['curve'][0]['pool/success']:+.2f}" for c in cs)
+        nll = "; ".join(
+            f"{fmt(c['curve'][0]['eval/expert_nll'])} -> {fmt(c['curve'][-1]['eval/expert_nll'])}" for c in cs
+        )
+        held = ", ".join(f"{c['heldout']['successes'] / c['heldout']['episodes']:.3f}" for c in cs)
+        base = ", ".join(
+            f"{u['heldout']['successes'] / u['heldout']['episodes']:.3f}"
+            for u in (untrained.get(c["seed"]) for c in cs)
+            if u
+        )
+        rows.append(
+            f"| {lr:.0e} | {top or 'all'} | {len(cs)} | {curve} | {deltas} | {nll} | {held} | {base or 'n/a'} |"
+        )
+    return "\n".join(rows)
+
+
+def check_protocol(args, folder: Path) -> None:
+    want = {k: v for k, v in vars(args).items() if k not in PER_RUN}
+    for path in sorted(folder.glob("*.json")):
+        had = {k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN}
+        diff = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
+        if diff:
+            raise SystemExit(
+                f"{path} ran another protocol ({', '.join(diff)} differ); use another --campaign"
+            )
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--stage", choices=("lr", "layers"), default="lr",
+                   help="lr: every lr at --top-layers; layers: the chosen lr with LoRA on all layers")  # fmt: skip
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--pool", type=int, default=8, help="training games (train fold); they recur")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--group", type=int, default=8, help="rollouts per group")
+    p.add_argument("--top-layers", type=int, default=8, help="LoRA on the top N layers in stage lr")
+    p.add_argument("--eval-every", type=int, default=8, help="pool success and expert NLL every N steps")
+    p.add_argument("--eval-tasks", type=int, default=4, help="dev games at the engine's evaluations")
+    p.add_argument("--samples", type=int, default=4, help="sampled episodes per game at every evaluation")
+    p.add_argument("--heldout", type=int, default=32, help="dev games of the final held-out test")
+    p.add_argument("--heldout-offset", type=int, default=96,
+                   help="first held-out dev game (0-95 were used by the twc1 campaigns)")  # fmt: skip
+    p.add_argument("--campaign", default="twc1-pilot", help="folder under bench/results/pilot/")
+    p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
+    args = p.parse_args(argv)
+    folder = RESULTS / "pilot" / args.campaign
+    check_protocol(args, folder)
+    if not args.report_only:
+        spec_file = base_spec(args)
+        if args.stage == "lr":
+            plan = [(lr, args.top_layers) for lr in LRS]
+        else:
+            lr = chosen_lr(load_cells(folder), args.top_layers)
+            if lr is None:
+                raise SystemExit("stage layers needs every stage-lr cell first: run `python bench/pilot.py`")
+            print(f"chosen lr (final pool success, stage lr): {lr:.0e}")
+            plan = [(lr, None)]
+        protocol = {k: v for k, v in vars(args).items() if k != "report_only"}
+        for seed in args.seeds:  # seed-major: every setting has a seed before any has two
+            out = folder / f"untrained-s{seed}.json"
+            if not out.is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                out.write_text(
+                    json.dumps(untrained_cell(args, seed, spec_file) | {"protocol": protocol}, indent=1)
+                    + "\n"
+                )
+            for lr, top in plan:
+                out = folder / f"{cell_name(lr, top, seed)}.json"
+                if out.is_file():
+                    continue
+                result = train_cell(args, lr, top, seed, spec_file) | {"protocol": protocol}
+                out.write_text(json.dumps(result, indent=1) + "\n")
+                print(f"{result['cell']}: pool {result['curve'][0]['pool/success']:.2f} -> {final_pool(result):.2f}, "
+                      f"held-out {result['heldout']['successes']:.0f}/{result['heldout']['episodes']} "
+                      f"({result['seconds']} s)", flush=True)  # fmt: skip
+    table = summarize(load_cells(folder))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
