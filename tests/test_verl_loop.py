@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow  # a real model and real JVMs (still CPU, still in
 PROMPT, RESPONSE, MAX_NEW = 512, 300, 16
 
 
-def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE):
+def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE, placement: str = "system"):
     path = tmp_path / "spec.yaml"
     path.write_text(
         "\n".join(
@@ -50,7 +50,7 @@ def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE):
                 "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
                 f"  num_train_tasks: 2, num_eval_tasks: 1, max_turns: {max_turns}}}",
                 f"policy: {{max_new_tokens: {MAX_NEW}}}",
-                "scaffold: {probe_fraction: 0.5}",
+                f"scaffold: {{probe_fraction: 0.5, placement: {placement}}}",
                 f"trainer: {{backend: verl, max_prompt_tokens: {PROMPT}, max_response_tokens: {response},",
                 "  tasks_per_step: 1, group_size: 2, gpus_per_node: 1, rollout_engine: sglang,",
                 "  micro_batch_per_gpu: 1}",
@@ -195,9 +195,9 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     assert step_end["metrics"]["train/groups"] == 1.0
 
 
-async def expert_worker(tmp_path, monkeypatch, split: str):
+async def expert_worker(tmp_path, monkeypatch, split: str, placement: str = "system"):
     """(spec, service, worker, task, plan): a loop worker whose server plays the task's expert plan."""
-    spec, cfg = make_spec(tmp_path, max_turns=8, response=1600)
+    spec, cfg = make_spec(tmp_path, max_turns=8, response=1600, placement=placement)
     env = TwxEnv(spec.environment)
     task = env.tasks(split)[0]
     plan = env.expert_plan(task)
@@ -247,6 +247,26 @@ async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_r
     assert "- Look first." in worker.tokenizer.decode(out.batch["prompts"][0, PROMPT - prompt_len :].tolist())
     state = await service.state()
     assert state["open_groups"] == 0 and state["reviewed_steps"] == [], "validation never feeds a review"
+
+
+async def test_a_scaffold_placed_in_the_turn_stands_before_every_turns_actions(tmp_path, monkeypatch):
+    _, service, worker, task, plan = await expert_worker(tmp_path, monkeypatch, "eval", placement="turn")
+    service.scaffold.store.apply([AddEdit(kind="skill", scope="general", text="Look first.")], step=0)
+
+    out = await worker.generate_sequences(
+        proto(task_rows([task], "twx", validation=True, with_scaffold=True))
+    )
+
+    prompt_len = int(out.batch["attention_mask"][0, :PROMPT].sum())
+    valid = int(out.batch["attention_mask"][0, PROMPT:].sum())
+    ids = out.batch["prompts"][0, PROMPT - prompt_len :].tolist() + out.batch["responses"][0, :valid].tolist()
+    text = worker.tokenizer.decode(ids)
+    system, chat = text.split("<|im_start|>user", 1)
+    assert HEADER not in system, "the system part stays bare: the guidance is in the turns"
+    users = [part.split("<|im_end|>")[0] for part in chat.split("<|im_start|>user")]
+    assert len(users) == len(plan) and list(out.non_tensor_batch["success"]) == [1.0]
+    for user in users:  # every turn: observation, guidance, then the admissible actions
+        assert "- Look first." in user and user.index(HEADER) < user.index("Admissible actions:"), user
 
 
 class LookingServer(ExpertServer):

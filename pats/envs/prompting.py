@@ -2,9 +2,10 @@
 
 `render_prompt` builds the bare prompt: the system part holds the environment's instructions and the
 task description, the user part the last few action/observation pairs, the current observation and,
-when given, the admissible actions. The training scaffold is not added here: other code places it into
-the system part later, so the prompt without scaffold is exactly what this function returns, and the
-deployment prompt stays byte-identical to the training prompt minus the guidance.
+when given, the admissible actions. The training scaffold is placed by pats.scaffold.render.place:
+appended to the system part, or handed in here as `guidance` and rendered in the turn right before
+the admissible actions. Without a scaffold the prompt is exactly what this function returns with no
+guidance, and the deployment prompt stays byte-identical to the training prompt minus the guidance.
 
 Instruction texts are data (each environment section's `INSTRUCTIONS` in pats.spec.environments, and
 `OUTPUT_FORMAT` here, one entry per action mode); they state the rules and the answer format only,
@@ -68,9 +69,11 @@ def render_prompt(
     observation: str,
     admissible: Sequence[str] | None,
     window: int,
+    guidance: str = "",
 ) -> PromptParts:
     """System: instructions and task. User: the last `window` (action, observation) pairs, the
-    current observation and the admissible actions (when given)."""
+    current observation, then `guidance` (the scaffold placed in the turn, see
+    pats.scaffold.render.place) and the admissible actions (when given)."""
     system = instructions.strip()
     if task_description.strip():
         system += f"\n\nTask: {task_description.strip()}"
@@ -83,6 +86,8 @@ def render_prompt(
             lines += [f"> {action.strip()}", seen.strip()]
         blocks.append("\n".join(lines))
     blocks.append(f"Observation: {observation.strip()}")
+    if guidance:
+        blocks.append(guidance)
     if admissible is not None:
         blocks.append(f"Admissible actions: {', '.join(admissible)}")
     return PromptParts(system=system, user="\n\n".join(blocks))

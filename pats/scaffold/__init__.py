@@ -2,7 +2,7 @@
 initial banks."""
 
 from pats.scaffold.bank import load_bank
-from pats.scaffold.render import render_markdown, render_view, with_scaffold
+from pats.scaffold.render import place, render_markdown, render_view, with_scaffold
 from pats.scaffold.store import EditError, ScaffoldStore, content_hash
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "ScaffoldStore",
     "content_hash",
     "load_bank",
+    "place",
     "render_markdown",
     "render_view",
     "with_scaffold",

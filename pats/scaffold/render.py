@@ -77,6 +77,16 @@ def render_view(
     return ScaffoldView(version=version, text=text, entry_ids=tuple(e.id for _, e in chosen), tokens=tokens)
 
 
+def place(view: ScaffoldView, placement: str) -> tuple[ScaffoldView, str]:
+    """(the view for the system part, the guidance text for the turn) under `scaffold.placement`:
+    'system' keeps the whole view in the system part; 'turn' moves its text next to the decision
+    (render_prompt's `guidance`, before the admissible actions) and leaves the system part bare, so
+    scaffolded rollouts and probes share one system prompt."""
+    if placement == "turn":
+        return EMPTY_VIEW, view.text
+    return view, ""
+
+
 def with_scaffold(system_prompt: str, view: ScaffoldView) -> str:
     """The system prompt with the view appended; the very same string when the view is empty."""
     if view.empty:

@@ -73,6 +73,13 @@ class ScaffoldSpec(SpecModel):
         0.25, ge=0.0, lt=1.0, description="Share of each group run without the scaffold (utility card)."
     )
     initial_bank: str | None = Field(None, description="Scaffold bank to start from (pats or SkillRL JSON).")
+    placement: Literal["system", "turn"] = Field(
+        "system",
+        description="Where a rollout's scaffold view is rendered: system, after the instructions and the task "
+        "(once per episode); turn, in every turn's user part right before the admissible actions (next to the "
+        "decision, where a small policy reads it best). Probes and evaluation carry no scaffold text in "
+        "either; both backends render it the same way.",
+    )
     budget: ScaffoldBudget = Field(default_factory=ScaffoldBudget)
     min_citations: int = Field(2, ge=0, le=10, description="Distinct cards each edit must cite.")
     review_budget_s: float = Field(

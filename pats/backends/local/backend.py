@@ -28,7 +28,7 @@ from pats.backends.local.training import ChoiceItem, TrainItem
 from pats.envs.prompting import instructions, render_prompt
 from pats.episode import Act, Episode, read_output
 from pats.protocols import Env, GroupPlan, Played
-from pats.scaffold import with_scaffold
+from pats.scaffold import place, with_scaffold
 from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task
 
@@ -150,7 +150,9 @@ class LocalBackend:
         return seats
 
     def _prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:
-        """(system, user): the system part (instructions, scaffold, task) is the same every turn."""
+        """(system, user): the system part (instructions, task, a scaffold placed there) is the same
+        every turn; a scaffold placed in the turn goes before the admissible actions."""
+        system_view, guidance = place(ep.view, self.spec.scaffold.placement)
         parts = render_prompt(
             self.instructions,
             ep.state.task_description,
@@ -158,8 +160,9 @@ class LocalBackend:
             ep.state.observation,
             admissible,
             self.spec.environment.window,
+            guidance,
         )
-        return with_scaffold(parts.system, ep.view), parts.user
+        return with_scaffold(parts.system, system_view), parts.user
 
     def _prompt_ids(self, ep: Episode, admissible) -> list[int]:
         return self.policy.chat_ids(*self._prompt_parts(ep, admissible))

@@ -39,7 +39,7 @@ from pats.envs.prompting import instructions, render_prompt
 from pats.episode import Episode, read_output
 from pats.errors import PrerequisiteError
 from pats.protocols import Env
-from pats.scaffold import with_scaffold
+from pats.scaffold import place, with_scaffold
 from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
@@ -162,13 +162,14 @@ class PatsAgentLoop(AgentLoopBase):
         await ep.reset(lambda t: env.call("reset", t))
         state = ep.state
         admissible = None if env.parses_output else (list(state.admissible) or None)
+        system_view, guidance = place(ep.view, spec.scaffold.placement)  # the same every turn
         parts = render_prompt(
-            self.settings.instructions, state.task_description, (), state.observation, admissible, 0
+            self.settings.instructions, state.task_description, (), state.observation, admissible, 0, guidance
         )
         messages = [
             {
                 "role": "system",
-                "content": with_scaffold(parts.system, ep.view),
+                "content": with_scaffold(parts.system, system_view),
             },
             {"role": "user", "content": parts.user},
         ]
@@ -207,7 +208,7 @@ class PatsAgentLoop(AgentLoopBase):
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
                 break
             admissible = None if env.parses_output else (list(state.admissible) or None)
-            user = render_prompt("", "", (), state.observation, admissible, 0).user
+            user = render_prompt("", "", (), state.observation, admissible, 0, guidance).user
             previous = list(messages)
             messages.append({"role": "user", "content": user})
             merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
