@@ -5,9 +5,8 @@
   being stopped and started again with the same command;
 - held-out evaluation of a run's last checkpoint with per-task outcomes (the engine's `eval` event
   keeps only means, and a paired comparison needs each task);
-- statistics: Wilson intervals, area under the learning curve, a paired bootstrap over tasks, the
-  smallest difference a budget can detect;
 - the cost model used to print an estimate before anything runs.
+Statistics live in bench/stats.py.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import asyncio
 import gc
 import json
 import math
-import random
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,53 +73,6 @@ def step_seconds(tasks: int, group: int, informative: float, max_turns: int, u: 
 
 def eval_seconds(episodes: int, max_turns: int, u: UnitCosts) -> float:
     return episodes * max_turns * u.turn_s  # greedy held-out episodes mostly fail: all turns
-
-
-# -- statistics ---------------------------------------------------------------------------------
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion (sound at 0/n and n/n, unlike the normal one)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, center - half), min(1.0, center + half))
-
-
-def auc(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Trapezoid area under (xs, ys) divided by the x range: the mean success over training."""
-    if len(xs) < 2:
-        return ys[0] if ys else float("nan")
-    area = sum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1))
-    return area / (xs[-1] - xs[0])
-
-
-def paired_bootstrap(
-    a: dict[str, Sequence[float]], b: dict[str, Sequence[float]], draws: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its 95% percentile interval, resampling tasks (each task keeps all its
-    seeds' outcomes in both conditions, so the pairing survives). a, b: task id -> outcomes."""
-    tasks = sorted(set(a) & set(b))
-    if not tasks:
-        return (float("nan"), float("nan"), float("nan"))
-    diffs = [(sum(a[t]) - sum(b[t]), len(a[t])) for t in tasks]
-
-    def mean_diff(sample):
-        return sum(d for d, _ in sample) / sum(n for _, n in sample)
-
-    rng = random.Random(seed)
-    stats = sorted(mean_diff([diffs[rng.randrange(len(diffs))] for _ in diffs]) for _ in range(draws))
-    return (mean_diff(diffs), stats[int(0.025 * draws)], stats[int(0.975 * draws) - 1])
-
-
-def detectable_difference(p: float, n: int) -> float:
-    """Smallest difference of two proportions near p, n episodes each, that a two-sided test at 5%
-    finds with 80% power (unpaired, so pairing makes the real design somewhat more sensitive)."""
-    p = min(max(p, 0.02), 0.98)
-    return (1.96 + 0.84) * math.sqrt(2 * p * (1 - p) / n)
 
 
 # -- runs -----------------------------------------------------------------------------------------

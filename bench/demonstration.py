@@ -12,8 +12,9 @@ Protocol (after the small-scale PATS reproduction on ALFWorld, notes/anchors.md)
 - every condition sees the same tasks at the same step for a seed (the sampler depends on seed and
   step only); seeds `--seeds`;
 - held-out success without the scaffold, sampled (`--samples` per task: greedy sits on a 0% floor at
-  this size), on the same `--heldout` dev tasks for every condition: Wilson intervals, and paired
-  bootstrap intervals over tasks for pats - X;
+  this size), on the same `--heldout` dev tasks for every condition: intervals over seeds and games
+  (hierarchical bootstrap, bench/stats.py) for rates and for pats - X, per-seed differences beside
+  them, and cells that trained identically to another condition's named instead of counted twice;
 - training: informative-group fraction, success with and without the scaffold, and the engine's
   response-likelihood gap (eval/likelihood_gap) at each evaluation.
 
@@ -37,8 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, finished, fmt, heldout, paired_bootstrap, read_run, run_condition, wilson  # noqa: E402
+from common import REPO, RESULTS, finished, fmt, heldout, read_run, run_condition  # noqa: E402
 from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
+from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 CONDITIONS: dict[str, tuple[str, ...]] = {
     "none": ("scaffold.mode=none", "scaffold.initial_bank=null"),
@@ -150,29 +152,90 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     }
 
 
+CI = "95% CI over seeds and games"
+NOTE = (
+    "Intervals: 95%, hierarchical bootstrap (resample seeds, then games within each drawn seed; "
+    "bench/stats.py); per seed: the difference in each seed. A seed whose two cells trained "
+    "identically (same per-step scaffold entries, tokens and train successes) is left out of that "
+    "difference and named; the last column names the condition a cell trained identically to."
+)
+
+
+def load_cells(campaign: str) -> list[dict]:
+    return [
+        json.loads(p.read_text()) for p in sorted((RESULTS / "demonstration" / campaign).glob("*-s*.json"))
+    ]
+
+
+def same_training(a: dict, b: dict) -> bool:
+    """Two cells of one seed whose per-step training records (scaffold entries and tokens, train
+    successes with and without the scaffold, informative groups) are equal step for step."""
+    return a["seed"] == b["seed"] and bool(a["train"]) and a["train"] == b["train"]
+
+
+def identical_cells(cells: list[dict], others: list[dict] = ()) -> dict[tuple[str, int], str]:
+    """(condition, seed) -> the condition whose cell of the same seed trained identically
+    (`same_training`). Within a campaign a cell is marked against the condition listed before it
+    (CONDITIONS order); `others` (cells of other campaigns) are named `campaign's condition` and only
+    when the condition differs (the same condition and seed is meant to train the same)."""
+    order = {c: i for i, c in enumerate(CONDITIONS)}
+    out: dict[tuple[str, int], str] = {}
+    for c in sorted(cells, key=lambda c: order.get(c["condition"], len(order))):
+        key = (c["condition"], c["seed"])
+        for o in cells:
+            if (
+                o is not c
+                and same_training(o, c)
+                and order.get(o["condition"], 99) < order.get(c["condition"], 99)
+            ):
+                out.setdefault(key, o["condition"])
+        for o in others:
+            if o["condition"] != c["condition"] and same_training(o, c):
+                out.setdefault(key, f"{o['protocol'].get('campaign', o['setting'])}'s {o['condition']}")
+    return out
+
+
+def identical_note(cells: list[dict], same: dict[tuple[str, int], str]) -> str:
+    notes = [
+        f"s{c['seed']} = {same[(c['condition'], c['seed'])]}"
+        for c in cells
+        if (c["condition"], c["seed"]) in same
+    ]
+    return "; ".join(notes) or "-"
+
+
+def other_campaigns(campaign: str, cells: list[dict]) -> list[dict]:
+    """Cells of the other campaigns of the same setting (for identical training across campaigns)."""
+    setting = cells[0]["setting"] if cells else None
+    folders = sorted(p for p in (RESULTS / "demonstration").iterdir() if p.is_dir() and p.name != campaign)
+    order = {c: i for i, c in enumerate(CONDITIONS)}
+    cells = [c for f in folders for c in load_cells(f.name) if c["setting"] == setting]
+    return sorted(cells, key=lambda c: order.get(c["condition"], len(order)))
+
+
 def summarize(setting: str) -> str:
-    folder = RESULTS / "demonstration" / setting
-    cells = [json.loads(p.read_text()) for p in sorted(folder.glob("*-s*.json"))]
+    cells = load_cells(setting)
+    same = identical_cells(cells, other_campaigns(setting, cells))
     by: dict[str, list[dict]] = {}
     for c in cells:
         by.setdefault(c["condition"], []).append(c)
-    rows = ["| condition | seeds | informative groups | held-out success [95% CI] | pats - X [95% CI, paired] "
-            "| X - none [95% CI, paired] | likelihood gap first -> last |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    rows = [f"| condition | seeds | informative groups | held-out success [{CI}] | pats - X [{CI}]; per seed "
+            f"| X - none [{CI}]; per seed | likelihood gap first -> last | trained identically to |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for cond in CONDITIONS:
         if cond not in by:
             continue
         cs = by[cond]
         inf, n = sum(c["informative_groups"] for c in cs), sum(c["groups"] for c in cs)
         wins, eps = sum(c["heldout"]["successes"] for c in cs), sum(c["heldout"]["episodes"] for c in cs)
-        lo, hi = wilson(int(wins), eps)
-        diff = paired(by.get("pats", []), cs) if cond != "pats" else "n/a"
-        vs_none = paired(cs, by.get("none", [])) if cond != "none" else "n/a"
+        rate = hierarchical_rate(outcomes(cs, ("heldout",)))
+        diff = paired(by.get("pats", []), cs, ("heldout",)) if cond != "pats" else "n/a"
+        vs_none = paired(cs, by.get("none", []), ("heldout",)) if cond != "none" else "n/a"
         gaps = [[e.get("eval/likelihood_gap") for e in c["evals"]] for c in cs]
         gap = "; ".join(f"{fmt(g[0])} -> {fmt(g[-1])}" for g in gaps if g and g[0] is not None) or "n/a"
-        rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {wins / max(eps, 1):.3f} "
-                    f"[{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} | {vs_none} | {gap} |")  # fmt: skip
-    return "\n".join(rows)
+        rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {rate.fmt()} ({int(wins)}/{eps}) "
+                    f"| {diff} | {vs_none} | {gap} | {identical_note(cs, same)} |")  # fmt: skip
+    return "\n".join(rows) + "\n\n" + NOTE
 
 
 def refresh(args, folder: Path) -> None:
@@ -208,21 +271,32 @@ def check_protocol(args, folder: Path) -> None:
             )
 
 
-def paired(a: list[dict], b: list[dict], key: str = "heldout") -> str:
-    """a - b in held-out success with its paired bootstrap interval, over the seeds both have."""
+def paired(a: list[dict], b: list[dict], keys: tuple[str, ...]) -> str:
+    """a - b in held-out success with its hierarchical interval and per-seed differences, over the
+    seeds both have; a seed whose two cells trained identically (`same_training`) is left out (it is
+    one result, not two) and named."""
     seeds = {c["seed"] for c in a} & {c["seed"] for c in b}
-    if not seeds:
-        return "n/a"
-    d, lo, hi = paired_bootstrap(outcomes(a, seeds, key), outcomes(b, seeds, key))
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(seeds)} seeds)"
+    twins = sorted(
+        s for s in seeds if any(same_training(x, y) for x in a for y in b if x["seed"] == y["seed"] == s)
+    )
+    kept = seeds - set(twins)
+    note = f" (s{', s'.join(map(str, twins))} trained identically: left out)" if twins else ""
+    if not kept:
+        return "n/a" + note
+    d = hierarchical_difference(outcomes(a, keys, kept), outcomes(b, keys, kept))
+    return d.fmt() + note
 
 
-def outcomes(cells: list[dict], seeds: set[int], key: str = "heldout") -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for c in sorted(cells, key=lambda c: c["seed"]):
-        if c["seed"] in seeds:
-            for task, values in c[key]["per_task"].items():
-                out.setdefault(task, []).extend(values)
+def outcomes(
+    cells: list[dict], keys: tuple[str, ...], seeds: set[int] | None = None
+) -> dict[int, dict[str, list[float]]]:
+    """seed -> game -> outcomes, from the cells' `keys` held-out records (several: their games pooled)."""
+    out: dict[int, dict[str, list[float]]] = {}
+    for c in cells:
+        if seeds is None or c["seed"] in seeds:
+            for key in keys:
+                for task, values in c[key]["per_task"].items():
+                    out.setdefault(c["seed"], {}).setdefault(task, []).extend(values)
     return out
 
 
@@ -258,25 +332,28 @@ def fresh(args, folder: Path) -> None:
 
 
 def summarize_fresh(setting: str) -> str:
-    """pats - X on the fresh held-out tasks, over the seeds every compared cell has."""
-    folder = RESULTS / "demonstration" / setting
+    """pats - X on the fresh held-out games, and on both sets of games together."""
+    cells = [c for c in load_cells(setting) if "heldout_fresh" in c]
+    same = identical_cells(cells)
     by: dict[str, list[dict]] = {}
-    for p in sorted(folder.glob("*-s*.json")):
-        c = json.loads(p.read_text())
-        if "heldout_fresh" in c:
-            by.setdefault(c["condition"], []).append(c)
-    rows = ["| condition | seeds | fresh held-out success [95% CI] | pats - X [95% CI, paired] |",
-            "| --- | --- | --- | --- |"]  # fmt: skip
+    for c in cells:
+        by.setdefault(c["condition"], []).append(c)
+    both = ("heldout", "heldout_fresh")
+    rows = [f"| condition | seeds | fresh held-out success [{CI}] | pats - X [{CI}]; per seed "
+            f"| both sets: success [{CI}] | both sets: pats - X [{CI}]; per seed | trained identically to |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for cond in (c for c in CONDITIONS if c in by):
         cs = by[cond]
         wins = sum(c["heldout_fresh"]["successes"] for c in cs)
         eps = sum(c["heldout_fresh"]["episodes"] for c in cs)
-        lo, hi = wilson(int(wins), eps)
-        diff = paired(by.get("pats", []), cs, "heldout_fresh") if cond != "pats" else "n/a"
-        rows.append(
-            f"| {cond} | {len(cs)} | {wins / max(eps, 1):.3f} [{lo:.3f}, {hi:.3f}] ({int(wins)}/{eps}) | {diff} |"
-        )
-    return "\n".join(rows)
+        rate = hierarchical_rate(outcomes(cs, ("heldout_fresh",)))
+        rate_both = hierarchical_rate(outcomes(cs, both))
+        pats = by.get("pats", [])
+        diff = paired(pats, cs, ("heldout_fresh",)) if cond != "pats" else "n/a"
+        diff_both = paired(pats, cs, both) if cond != "pats" else "n/a"
+        rows.append(f"| {cond} | {len(cs)} | {rate.fmt()} ({int(wins)}/{eps}) | {diff} | {rate_both.fmt()} "
+                    f"| {diff_both} | {identical_note(cs, same)} |")  # fmt: skip
+    return "\n".join(rows) + "\n\n" + NOTE
 
 
 def main(argv=None) -> None:
@@ -351,6 +428,8 @@ def main(argv=None) -> None:
     table = summarize(args.campaign)
     (folder / "summary.md").parent.mkdir(parents=True, exist_ok=True)
     (folder / "summary.md").write_text(table + "\n")
+    if (folder / "summary_fresh.md").is_file():  # the replication's table, recomputed the same way
+        (folder / "summary_fresh.md").write_text(summarize_fresh(args.campaign) + "\n")
     print(table)
 
 

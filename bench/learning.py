@@ -43,18 +43,15 @@ from common import (  # noqa: E402
     RESULTS,
     SETTINGS,
     UnitCosts,
-    auc,
-    detectable_difference,
     eval_seconds,
     fmt,
     heldout,
-    paired_bootstrap,
     read_run,
     run_condition,
     step_seconds,
-    wilson,
     write_result,
 )
+from stats import auc, detectable_difference, paired_bootstrap, wilson  # noqa: E402
 
 EARLY_STEPS = 20  # the target: informative fraction over the first 20 steps
 

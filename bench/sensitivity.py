@@ -3,7 +3,7 @@
 For each setting (a TextWorldExpress game and its parameters) and guidance kind, the untrained policy
 plays the same probe tasks (`--tasks` games x `--samples` sampled episodes, the sampler reseeded per
 cell, so every kind sees the same games and the same random stream) and the cell records:
-- sampled success (Wilson interval) and, per task, its success rate p, from which the predicted
+- sampled success (its interval clustered by game: bench/stats.py) and, per task, its success rate p, from which the predicted
   informative-group fraction at group size G is the mean over tasks of 1 - p^G - (1-p)^G;
 - the response-likelihood gap: along each probe task's verified expert plan, the mean NLL of the
   expert action (under the policy's own action distribution, softmax over the admissible actions)
@@ -39,7 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, fmt, paired_bootstrap, wilson  # noqa: E402
+from common import REPO, RESULTS, fmt  # noqa: E402
+from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 CELLS = RESULTS / "sensitivity"
 KINDS = ("none", "expert", "family", "rules", "control")
@@ -259,7 +260,6 @@ class Probe:
             "episodes": n,
             "successes": wins,
             "success": wins / n,
-            "wilson": wilson(wins, n),
             "reward_mean": sum(r.reward for r in rollouts) / n,
             "turns_mean": sum(len(r.turns) for r in rollouts) / n,
             "per_task": per_task,
@@ -301,19 +301,20 @@ def run(args) -> None:
 def report() -> dict:
     cells = [json.loads(p.read_text()) for p in sorted(CELLS.glob("*.json"))]
     by = {(c["setting"], c["kind"]): c for c in cells}
-    rows = ["| setting | guidance | success [95% CI] | diff vs none [95% CI, paired over tasks] | "
+    rows = ["| setting | guidance | success [95% CI, bootstrap over games; at 0 or 1 Wilson over games] | diff vs none [95% CI, paired bootstrap over games] | "
             "predicted informative G=4 / G=8 | likelihood gap (pairs) | guidance tokens |",
             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for (setting, kind), c in sorted(by.items(), key=lambda x: (x[0][0], KINDS.index(x[0][1]))):
         base = by.get((setting, "none"))
         diff = "n/a"
-        if base is not None and kind != "none":
-            d, lo, hi = paired_bootstrap(c["per_task"], base["per_task"])
-            diff = f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        if base is not None and kind != "none":  # one run: the bootstrap over seeds and games is over games
+            diff = hierarchical_difference({0: c["per_task"]}, {0: base["per_task"]}).interval.fmt(
+                signed=True
+            )
         gap = c["likelihood_gap"]
-        lo, hi = c["wilson"]
+        rate = hierarchical_rate({0: c["per_task"]})
         rows.append(
-            f"| {setting} | {kind} | {c['success']:.3f} [{lo:.3f}, {hi:.3f}] ({c['successes']}/{c['episodes']}) "
+            f"| {setting} | {kind} | {rate.fmt()} ({c['successes']}/{c['episodes']}) "
             f"| {diff} | {c['informative_g4']:.2f} / {c['informative_g8']:.2f} "
             f"| {fmt(gap.get('gap'))} ({gap.get('pairs', 0)}) | {c['guidance_tokens']} |"
         )

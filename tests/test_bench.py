@@ -1,12 +1,11 @@
-"""The benchmarks' pure parts: statistics, the cost model, and tables rebuilt from run directories
-(synthetic events.jsonl files; no model). bench/ is not a package: its scripts import each other by
-their folder, as `python bench/learning.py` does."""
+"""The benchmarks' pure parts: the cost model and tables rebuilt from run directories (synthetic
+events.jsonl files; no model); their statistics are tested in tests/test_bench_stats.py. bench/ is not
+a package: its scripts import each other by their folder, as `python bench/learning.py` does."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -18,43 +17,6 @@ import common  # noqa: E402
 import learning  # noqa: E402
 import overhead  # noqa: E402
 import tokens  # noqa: E402
-
-
-def test_wilson_matches_hand_computed_intervals():
-    # 0/10: center = half = (1.96^2 / 20) / (1 + 1.96^2 / 10) = 0.13877 -> [0, 0.2775]
-    lo, hi = common.wilson(0, 10)
-    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
-    lo, hi = common.wilson(5, 10)  # symmetric around 0.5
-    assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
-    lo, hi = common.wilson(10, 10)
-    assert hi == 1.0 and lo == pytest.approx(0.7225, abs=1e-4)
-    assert common.wilson(0, 0) == (0.0, 1.0)
-
-
-def test_auc_is_the_trapezoid_mean_over_steps():
-    # area 10 * 0.1 + 10 * 0.2 = 3 over 20 steps
-    assert common.auc([0, 10, 20], [0.0, 0.2, 0.2]) == pytest.approx(0.15)
-    assert common.auc([0, 5, 20], [0.5, 0.5, 0.5]) == pytest.approx(0.5)
-    assert common.auc([3], [0.25]) == 0.25
-
-
-def test_paired_bootstrap_keeps_tasks_paired():
-    same = {"t1": [1.0], "t2": [0.0]}
-    assert common.paired_bootstrap(same, same) == (0.0, 0.0, 0.0)
-    ones = {f"t{i}": [1.0, 1.0] for i in range(20)}
-    zeros = {f"t{i}": [0.0, 0.0] for i in range(20)}
-    assert common.paired_bootstrap(ones, zeros) == (1.0, 1.0, 1.0)
-    a = {f"t{i}": [float(i < 8)] for i in range(40)}  # 8/40 against 2/40 on the same tasks
-    b = {f"t{i}": [float(i < 2)] for i in range(40)}
-    diff, lo, hi = common.paired_bootstrap(a, b)
-    assert diff == pytest.approx(0.15) and 0.0 < lo < 0.15 < hi < 0.35
-    assert math.isnan(common.paired_bootstrap({"x": [1.0]}, {"y": [0.0]})[0])  # nothing paired
-
-
-def test_detectable_difference_shrinks_with_episodes():
-    # (1.96 + 0.84) * sqrt(2 * 0.12 * 0.88 / 128) = 0.1137
-    assert common.detectable_difference(0.12, 128) == pytest.approx(0.1137, abs=1e-3)
-    assert common.detectable_difference(0.12, 768) < common.detectable_difference(0.12, 128) / 2
 
 
 def test_cost_estimate_by_hand():
@@ -205,3 +167,35 @@ def test_a_demonstration_campaign_refuses_cells_of_another_protocol(tmp_path):
     args.steps = 24
     with pytest.raises(SystemExit, match="steps: 8 here, 24 now.*--campaign"):
         demonstration.check_protocol(args, tmp_path)
+
+
+def _cell(condition: str, seed: int, train: list[dict], wins: list[float]) -> dict:
+    per_task = {f"g{i}": [w] for i, w in enumerate(wins)}
+    return {"condition": condition, "seed": seed, "setting": "twc1", "train": train, "protocol": {"campaign": "c"},
+            "heldout": {"per_task": per_task, "successes": sum(wins), "episodes": len(wins)}}  # fmt: skip
+
+
+def test_a_demonstration_table_names_cells_that_trained_identically():
+    import demonstration
+
+    steps = [{"step": 0, "scaffold/tokens": 50.0, "train/success": 0.5}]
+    other = [{"step": 0, "scaffold/tokens": 60.0, "train/success": 0.5}]
+    pats = [_cell("pats", 0, steps, [1.0, 0.0, 1.0]), _cell("pats", 1, steps, [1.0, 1.0, 1.0])]
+    # seed 0 played the same steps as pats (so held-out too); seed 1 did not
+    no_removal = [
+        _cell("no_removal", 0, steps, [1.0, 0.0, 1.0]),
+        _cell("no_removal", 1, other, [0.0, 0.0, 0.0]),
+    ]
+    none = [_cell("none", 0, [], [0.0, 0.0, 0.0]), _cell("none", 1, [], [0.0, 0.0, 0.0])]
+    same = demonstration.identical_cells(pats + no_removal + none, [_cell("pats_noexpert", 1, other, [])])
+    assert same == {
+        ("no_removal", 0): "pats",
+        ("no_removal", 1): "c's pats_noexpert",
+    }  # the later one is marked
+    assert demonstration.identical_note(no_removal, same) == "s0 = pats; s1 = c's pats_noexpert"
+    # pats - no_removal counts seed 1 only and says why; an empty training record matches nothing
+    assert demonstration.paired(pats, no_removal, ("heldout",)) == (
+        "+1.000 [+1.000, +1.000]; per seed s1 +1.000 (s0 trained identically: left out)"
+    )
+    assert "left out" not in demonstration.paired(pats, none, ("heldout",))
+    assert demonstration.identical_cells(none) == {}

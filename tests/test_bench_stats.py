@@ -1,0 +1,113 @@
+"""bench/stats.py: intervals that count seeds and games, checked on hand-built outcomes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import stats  # noqa: E402
+
+
+def games(rates: list[float], episodes: int = 2) -> dict[str, list[float]]:
+    """Game g{i} with `episodes` outcomes whose mean is rates[i] (rates in steps of 1/episodes)."""
+    out = {}
+    for i, r in enumerate(rates):
+        wins = round(r * episodes)
+        out[f"g{i}"] = [1.0] * wins + [0.0] * (episodes - wins)
+    return out
+
+
+def test_wilson_matches_hand_computed_intervals():
+    # 0/10: center = half = (1.96^2 / 20) / (1 + 1.96^2 / 10) = 0.13877 -> [0, 0.2775]
+    lo, hi = stats.wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = stats.wilson(5, 10)  # symmetric around 0.5
+    assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+    lo, hi = stats.wilson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.7225, abs=1e-4)
+    assert stats.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_auc_is_the_trapezoid_mean_over_steps():
+    # area 10 * 0.1 + 10 * 0.2 = 3 over 20 steps
+    assert stats.auc([0, 10, 20], [0.0, 0.2, 0.2]) == pytest.approx(0.15)
+    assert stats.auc([0, 5, 20], [0.5, 0.5, 0.5]) == pytest.approx(0.5)
+    assert stats.auc([3], [0.25]) == 0.25
+
+
+def test_paired_bootstrap_keeps_tasks_paired():
+    same = {"t1": [1.0], "t2": [0.0]}
+    assert stats.paired_bootstrap(same, same) == (0.0, 0.0, 0.0)
+    ones = {f"t{i}": [1.0, 1.0] for i in range(20)}
+    zeros = {f"t{i}": [0.0, 0.0] for i in range(20)}
+    assert stats.paired_bootstrap(ones, zeros) == (1.0, 1.0, 1.0)
+    a = {f"t{i}": [float(i < 8)] for i in range(40)}  # 8/40 against 2/40 on the same tasks
+    b = {f"t{i}": [float(i < 2)] for i in range(40)}
+    diff, lo, hi = stats.paired_bootstrap(a, b)
+    assert diff == pytest.approx(0.15) and 0.0 < lo < 0.15 < hi < 0.35
+    assert math.isnan(stats.paired_bootstrap({"x": [1.0]}, {"y": [0.0]})[0])  # nothing paired
+
+
+def test_detectable_difference_shrinks_with_episodes():
+    # (1.96 + 0.84) * sqrt(2 * 0.12 * 0.88 / 128) = 0.1137
+    assert stats.detectable_difference(0.12, 128) == pytest.approx(0.1137, abs=1e-3)
+    assert stats.detectable_difference(0.12, 768) < stats.detectable_difference(0.12, 128) / 2
+
+
+def test_seed_to_seed_variance_widens_the_interval_the_game_only_bootstrap_misses():
+    # Seeds 0 and 2 beat b by 0.5 on every game, seeds 1 and 3 tie: pooled over seeds, every game
+    # shows +0.25, so resampling games alone sees no variance at all.
+    n = 16
+    b = {s: games([0.0] * n) for s in range(4)}
+    a = {s: games([0.5 if s % 2 == 0 else 0.0] * n) for s in range(4)}
+    pooled = lambda by_seed: {g: [x for s in sorted(by_seed) for x in by_seed[s][g]] for g in by_seed[0]}  # noqa: E731
+    d, lo, hi = stats.paired_bootstrap(pooled(a), pooled(b))
+    assert (d, lo, hi) == (0.25, 0.25, 0.25)
+    h = stats.hierarchical_difference(a, b)
+    assert h.interval.estimate == pytest.approx(0.25)
+    # Seed draws: the share of "winning" seeds among 4 draws is 0..4 of 4; 2.5% and 97.5% land on
+    # 1/4 and 3/4 of them (P(0 of 4) = 1/16 > 2.5%, so the tails reach 0.0 and 0.5).
+    assert h.interval.lo == pytest.approx(0.0) and h.interval.hi == pytest.approx(0.5)
+    assert h.per_seed == ((0, 0.5), (1, 0.0), (2, 0.5), (3, 0.0))
+
+
+def test_a_rate_is_clustered_by_game_not_by_episode():
+    # 10 games x 8 episodes, each game always won or always lost: 80 episodes but 10 independent draws.
+    outcomes = {0: games([1.0] * 5 + [0.0] * 5, episodes=8)}
+    r = stats.hierarchical_rate(outcomes)
+    lo, hi = stats.wilson(40, 80)
+    assert r.estimate == 0.5
+    assert r.hi - r.lo > 1.8 * (hi - lo)  # Wilson ~0.22 wide, the game bootstrap ~0.6
+    # Every game 1 of 2: no game-to-game variance, so the interval has no width.
+    assert stats.hierarchical_rate({0: games([0.5] * 10)}) == stats.Interval(0.5, 0.5, 0.5)
+
+
+def test_one_seed_is_the_game_bootstrap_and_the_rng_is_fixed():
+    a = {0: games([1.0] * 8 + [0.0] * 32, episodes=1)}
+    b = {0: games([1.0] * 2 + [0.0] * 38, episodes=1)}
+    h = stats.hierarchical_difference(a, b)
+    d, lo, hi = stats.paired_bootstrap(a[0], b[0])
+    assert (h.interval.estimate, h.interval.lo, h.interval.hi) == (d, lo, hi)
+    assert d == pytest.approx(0.15) and 0.0 < lo < 0.15 < hi < 0.35
+    assert stats.hierarchical_difference(a, b) == h  # same draws every time
+    assert h.fmt().startswith("+0.150 [") and h.fmt().endswith("; per seed s0 +0.150")
+
+
+def test_only_seeds_and_games_both_conditions_have_are_paired():
+    a = {0: {"x": [1.0], "y": [1.0]}, 1: {"x": [1.0]}, 5: {"x": [1.0]}}
+    b = {0: {"x": [0.0], "z": [1.0]}, 1: {"x": [1.0]}}
+    h = stats.hierarchical_difference(a, b)
+    assert h.per_seed == ((0, 1.0), (1, 0.0))
+    assert h.interval.estimate == pytest.approx(0.5)
+    assert math.isnan(stats.hierarchical_difference(a, {9: {"x": [0.0]}}).interval.estimate)
+
+
+def test_a_rate_of_0_or_1_gets_wilson_over_games_not_a_zero_width_interval():
+    r = stats.hierarchical_rate({0: games([0.0] * 16, episodes=4), 1: games([0.0] * 4, episodes=4)})
+    assert r == stats.Interval(0.0, *stats.wilson(0, 20))  # 20 (seed, game) units, not 80 episodes
+    assert stats.hierarchical_rate({0: games([1.0] * 5)}) == stats.Interval(1.0, *stats.wilson(5, 5))
