@@ -52,10 +52,16 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class UnitCosts:
-    """Seconds per unit on this project's 2-core CPU (bench/results/throughput.json, notes/facts.md)."""
+    """Seconds per unit on this project's 2-core CPU, measured alone with today's defaults (batched
+    score-mode acting, prefix-shared update, bf16 weight copies; docs/results.md "Speed")."""
 
-    turn_s: float = 0.4  # one score-mode policy turn of one episode (0.35-0.5 s measured)
-    decision_s: float = 2.8  # one trained decision: 431 s / 154 decisions in throughput.json
+    # One score-mode policy turn of one episode: bench/results/rollout.json, groups.4.median.fast
+    # (0.185 s per episode-turn, 12 episodes acting together, 2 threads).
+    turn_s: float = 0.185
+    # One trained decision, LoRA on all layers as the quickstart spec: bench/results/update_tasks4.json,
+    # median_s.prefix 38.1 s / 121 decisions = 0.315 s (throughput.json's update: 28.5 s / 106 = 0.27 s;
+    # with lora.top_layers=8, prefix+top8: 21.4 s / 121 = 0.18 s).
+    decision_s: float = 0.315
     turns: float = 9.5  # turns per episode: most episodes fail and use all 10
     startup_s: float = 20.0  # per run: model from the cache, JVM, tokenizer, checkpoints
 
