@@ -178,10 +178,17 @@ def render_entries(entries: Sequence[ScaffoldEntry]) -> str:
 
 def render_assessment(assessment: Assessment) -> str:
     utility = "not measured" if assessment.utility is None else f"{assessment.utility:+.2f}"
+    withdrawn = [f"{s.scope} ({s.success:.2f})" for s in assessment.scopes if s.withdraw]
     return (
         f"review mode {assessment.mode.value}; success moving average {assessment.ema_success:.2f}; "
         f"scaffold budget pressure {assessment.pressure:.2f}; utility (success with the scaffold minus "
         f"without) {utility}"
+        + ("" if assessment.removal_open else "; warm-up: delete nothing unless over budget")
+        + (
+            f"; solved, so withdraw their entries and add none there: {', '.join(withdrawn)}"
+            if withdrawn
+            else ""
+        )
     )
 
 

@@ -224,6 +224,15 @@ class Verdict(Record):
     cites: tuple[str, ...] = ()
 
 
+class ScopeSuccess(Record):
+    """A scope's success average at a review ("type:<t>" or "task:<id>") and whether the judge
+    withdraws its entries (the average at or above judge.removal_threshold, after the warm-up)."""
+
+    scope: str
+    success: float
+    withdraw: bool = False
+
+
 class Assessment(Record):
     """The judge's view of one task type at one step."""
 
@@ -233,6 +242,10 @@ class Assessment(Record):
     pressure: float
     utility: float | None = None  # success with scaffold minus probes without, when probes ran
     verdicts: tuple[Verdict, ...] = ()
+    reviews: int = 0  # reviews of this type so far, this one included (the warm-up counts them)
+    removal_open: bool = True  # False during the judge's warm-up: no removal but PRUNE's
+    scopes: tuple[ScopeSuccess, ...] = ()  # the type's and this step's tasks' success averages
+    reason: str = ""  # why this mode and these withdrawals, for a reader of the event log
 
 
 class AddEdit(Record):

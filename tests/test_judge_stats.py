@@ -141,11 +141,110 @@ async def test_state_round_trip():
     j = judge()
     await j.assess(1, [group("t1", "twc", [True, False]), group("k1", "coin", [True])], [], [])
     state = json.loads(json.dumps(j.state_dict()))
-    assert state == {"ema": {"coin": 1.0, "twc": 0.5}}
+    assert state == {
+        "ema": {"coin": 1.0, "twc": 0.5},
+        "task_ema": {"k1": 1.0, "t1": 0.5},
+        "reviews": {"coin": 1, "twc": 1},
+    }
 
     k = judge()
     k.load_state_dict(state)
     out = await k.assess(2, [group("t1", "twc", [True])], [], [])
     assert out[0].ema_success == pytest.approx(0.55)  # continued, not re-initialized
+    assert out[0].reviews == 2
     with pytest.raises(ValueError, match="as state_dict\\(\\) returns"):
         k.load_state_dict({"twc": 0.5})
+    with pytest.raises(ValueError, match="as state_dict\\(\\) returns"):
+        k.load_state_dict({"ema": {"twc": 0.5}, "reviews": {"twc": "two"}})
+    old = judge()  # a checkpoint from before per-task averages: they start again
+    old.load_state_dict({"ema": {"twc": 0.5}})
+    assert old.state_dict() == {"ema": {"twc": 0.5}, "task_ema": {}, "reviews": {}}
+
+
+def anchor(**kw) -> StatsJudge:
+    """The small-scale reproduction's removal: averages from 0, warm-up 4, threshold 0.25."""
+    return StatsJudge(StatsJudgeSpec(**{"ema_start": 0.0, "removal_warmup": 4, "removal_threshold": 0.25, **kw}),
+                      ScaffoldBudget())  # fmt: skip
+
+
+async def test_defaults_withdraw_nothing_and_keep_the_first_group_rule():
+    j = judge()
+    (a,) = await j.assess(1, [group("t1", "twc", [True] * 4)], [], [])
+    assert a.ema_success == 1.0 and a.mode is C and a.removal_open and a.reviews == 1
+    assert [(s.scope, s.success, s.withdraw) for s in a.scopes] == [
+        ("type:twc", 1.0, False),
+        ("task:t1", 1.0, False),
+    ]
+    assert a.reason == "COMPRESS: success average 1.000 >= compress_threshold 0.7"
+
+
+async def test_averages_start_at_ema_start_per_type_and_per_task():
+    j = anchor(removal_warmup=0)
+    (a,) = await j.assess(1, [group("t1", "twc", [True] * 4), group("t2", "twc", [False] * 4)], [], [])
+    # type: 0 -> 0.1 (t1) -> 0.09 (t2); t1: 0 -> 0.1; t2: 0 -> 0.0
+    assert a.ema_success == pytest.approx(0.09) and a.mode is E
+    assert {s.scope: round(s.success, 6) for s in a.scopes} == {
+        "type:twc": 0.09,
+        "task:t1": 0.1,
+        "task:t2": 0.0,
+    }
+
+
+async def test_warmup_holds_back_removal_then_tasks_are_withdrawn_one_by_one():
+    j = anchor()
+    seen = []
+    for step in range(1, 8):  # t1 always wins, t2 half the time, t3 never
+        groups = [
+            group("t1", "twc", [True] * 4),
+            group("t2", "twc", [True, False] * 2),
+            group("t3", "twc", [False] * 4),
+        ]
+        (a,) = await j.assess(step, groups, [], [])
+        seen.append((a.removal_open, {s.scope for s in a.scopes if s.withdraw}))
+    # Reviews 1-4 are the warm-up: no removal whatever the averages (t1's is 0.34 by review 4).
+    assert all(not open_ and not gone for open_, gone in seen[:4])
+    # Review 5: t1's average 1 - 0.9^5 = 0.41 and the type's (0.37, three groups a step) pass 0.25;
+    # t2's 0.5 * 0.41 = 0.205 does not. Review 7: t2's 0.5 * (1 - 0.9^7) = 0.261 does. t3 never.
+    assert seen[4] == seen[5] == (True, {"type:twc", "task:t1"})
+    assert seen[6] == (True, {"type:twc", "task:t1", "task:t2"})
+
+
+async def test_the_reason_names_the_warmup_and_what_was_withdrawn():
+    j = anchor(removal_warmup=1)
+    (a,) = await j.assess(1, [group("t1", "twc", [True] * 4)], [], [])
+    assert (
+        a.reason
+        == "EXPAND: success average 0.100 < revise_threshold 0.3; warm-up, review 1 of 1: no removal but PRUNE"
+    )
+    for step in range(2, 5):
+        (a,) = await j.assess(step, [group("t1", "twc", [True] * 4)], [], [])
+    # 1 - 0.9^4 = 0.3439 for both the type and its only task
+    assert a.reason == (
+        "REVISE: success average 0.344 in [revise_threshold 0.3, compress_threshold 0.7); "
+        "withdrawn at removal_threshold 0.25: type:twc (0.344), task:t1 (0.344)"
+    )
+
+
+async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
+    from pats.lm import render_assessment
+    from pats.logging.events import EventLog, read_events, write_review
+    from pats.types import ReviewResult
+
+    j = anchor(removal_warmup=1)
+    (warm,) = await j.assess(1, [group("t1", "twc", [True] * 4)], [], [])
+    assert render_assessment(warm).endswith("; warm-up: delete nothing unless over budget")
+    for step in range(2, 5):
+        (a,) = await j.assess(step, [group("t1", "twc", [True] * 4)], [], [])
+    assert render_assessment(a).endswith(
+        "; solved, so withdraw their entries and add none there: type:twc (0.34), task:t1 (0.34)"
+    )
+    log = EventLog(tmp_path / "events.jsonl")
+    write_review(log, 4, [], ReviewResult(step=4, cards=(), assessments=(a,), edits=()), None)
+    log.end_step(4)
+    (line,) = read_events(tmp_path / "events.jsonl", "assessment")
+    assert line["assessment"]["reason"] == a.reason and line["assessment"]["reviews"] == 4
+    assert line["assessment"]["scopes"][1] == {
+        "scope": "task:t1",
+        "success": pytest.approx(0.3439),
+        "withdraw": True,
+    }

@@ -179,7 +179,7 @@ async def test_state_is_the_stats_judges():
     assert isinstance(judge, Judge)
     await assess_twc(judge)
     state = judge.state_dict()
-    assert state == {"ema": {"twc": 0.25}}
+    assert state["ema"] == {"twc": 0.25} and state["reviews"] == {"twc": 1}
     other = make_judge(DummyLM([]))
     other.load_state_dict(json.loads(json.dumps(state)))
     assert other.state_dict() == state

@@ -8,7 +8,16 @@ from pats.protocols import Reviser
 from pats.reviser import RulesReviser, validate_edits
 from pats.spec.models import ScaffoldBudget
 from pats.testing import card_facts
-from pats.types import AddEdit, Assessment, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, Verdict
+from pats.types import (
+    AddEdit,
+    Assessment,
+    DeleteEdit,
+    EvidenceCard,
+    ReviewMode,
+    ScaffoldEntry,
+    ScopeSuccess,
+    Verdict,
+)
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
 MODES = [E, R, C, P]
@@ -324,6 +333,78 @@ async def test_prune_deletes_the_oldest_until_under_budget(valid):
         "s0",
         "s1",
     ]  # 60 -> 40 tokens
+
+
+def withdrawing(mode: ReviewMode, *scopes: str, open_: bool = True) -> Assessment:
+    """The judge's assessment with `scopes` withdrawn (their average 0.3 at removal_threshold 0.25)."""
+    withdrawn = tuple(ScopeSuccess(scope=s, success=0.3, withdraw=True) for s in scopes)
+    return assess(mode).model_copy(update={"scopes": withdrawn, "removal_open": open_})
+
+
+async def test_a_withdrawn_task_loses_its_plan_and_gets_no_new_one(valid):
+    cards = [outcome("t1", 0.5), contrast("t1", WASHER), utility("t1", 0.0), outcome("t2", 0.25)]
+    edits = await RulesReviser(True, 2).revise(3, withdrawing(R, "task:t1"), cards, BANK)
+    assert [e for e in edits if isinstance(e, DeleteEdit)] == [
+        DeleteEdit(
+            entry_id="plan1",
+            reason="task:t1 success average 0.30 reached the judge's removal threshold",
+            cites=("c3-t1-outcome", "c3-t1-utility"),
+        )
+    ]
+    valid(edits, R, cards, BANK)
+    # EXPAND never deletes, but the withdrawn task gets no plan (the family skill still comes).
+    edits = await RulesReviser(True, 2).revise(3, withdrawing(E, "task:t1"), MIXED, [])
+    assert [(e.op, e.scope) for e in edits] == [("ADD", "type:twc")]
+    # A withdrawn type: its type-scoped entries go (oldest first), nothing type-scoped is added.
+    edits = await RulesReviser(True, 2).revise(3, withdrawing(R, "type:twc"), cards, BANK)
+    assert [e.entry_id for e in edits if isinstance(e, DeleteEdit)] == ["s_old", "s_new"]
+    assert not any(isinstance(e, AddEdit) and e.scope == "type:twc" for e in edits)
+    valid(edits, R, cards, BANK)
+    # removal off (the no_removal ablation): the judge's withdrawals change nothing.
+    plain = await RulesReviser(False, 2).revise(3, assess(E), MIXED, [])
+    assert await RulesReviser(False, 2).revise(3, withdrawing(E, "task:t1"), MIXED, []) == plain
+
+
+async def test_the_warmup_holds_back_every_removal_but_prune(valid):
+    closed = withdrawing(C, open_=False)
+    assert (
+        await RulesReviser(True, 2).revise(3, closed, SOLVED, BANK) == []
+    )  # no all-passed plan, no COMPRESS
+    opened = await RulesReviser(True, 2).revise(3, withdrawing(C), SOLVED, BANK)
+    assert [e.entry_id for e in opened] == ["plan1"]
+    harm = MIXED + REPEATS + [utility(k, -1.0, without=1.0) for k in ("t1", "t2", "t4", "t5")]
+    deletes = [type(e) for e in await RulesReviser(True, 2).revise(3, withdrawing(R), harm, BANK)]
+    assert DeleteEdit in deletes  # probes show harm: the newest entry goes once the warm-up is over
+    deletes = [
+        type(e) for e in await RulesReviser(True, 2).revise(3, withdrawing(R, open_=False), harm, BANK)
+    ]
+    assert DeleteEdit not in deletes
+    reviser = RulesReviser(True, 2, budget=ScaffoldBudget(max_entries=3, max_tokens=1000))
+    pruned = await reviser.revise(3, withdrawing(P, open_=False), SOLVED, BANK)
+    assert [e.entry_id for e in pruned] == ["s_old", "plan1"]  # the budget is a limit, not evidence
+    valid(pruned, P, SOLVED, BANK)
+
+
+async def test_without_the_expert_card_no_plan_comes_from_expert_data():
+    """What the rules reviser writes today with the expert card off (issue 23): task plans only from
+    the policy's own wins ("Steps that worked"), never "Steps to try" (those need an expert card); with
+    it, a task that nothing won gets the expert's prefix."""
+    no_expert = [*MIXED, *REPEATS]
+    plans = [e for e in await RulesReviser(True, 2).revise(3, assess(E), no_expert, []) if e.kind == "plan"]
+    assert [(p.scope, p.text) for p in plans] == [("task:t1", PLAN_T1)]
+    expert = card("t2", "expert", {"plan": ["go east", "take milk"], "first_departure": None})
+    plans = [
+        e
+        for e in await RulesReviser(True, 2).revise(3, assess(E), [*no_expert, expert], [])
+        if e.kind == "plan"
+    ]
+    assert [p.scope for p in plans] == ["task:t1"]  # EXPAND's 2 skills: the family card and t1's plan
+    plans = [
+        e
+        for e in await RulesReviser(True, 2).revise(3, assess(E), [*REPEATS, expert], [])
+        if e.kind == "plan"
+    ]
+    assert [p.text for p in plans] == ["Steps to try: go east -> take milk"]
 
 
 SCENARIOS = {

@@ -12,7 +12,10 @@ Guidance (EXPAND and REVISE, the type is failing), written so that it can reach 
   excerpt abstracted the same way, so it names no object of one game.
 Plans and patterns come from the outcome card's winning actions (or the contrast card's best rollout),
 so the contrast ablation does not silently turn them off.
-Removal (mode pats with removal on; never in EXPAND): DELETE the entries scoped to a task whose group
+Removal (mode pats with removal on; never in EXPAND): DELETE the entries of every scope the judge
+withdrew (`Assessment.scopes`, judge.removal_threshold: a task's or the type's success average reached
+it; such a scope also gets no new entries, in any mode); then, once the judge's warm-up is over
+(`Assessment.removal_open`; before it only PRUNE deletes), the entries scoped to a task whose group
 all passed (the plan kills the group's variation); the type's most recent non-general entry when the
 utility cards show harm: over at least `HARM_MIN_PROBES` probe episodes, probes without the scaffold
 won, and more often than scaffolded rollouts by `HARM_MARGIN` (groups where both sides failed are no
@@ -33,7 +36,7 @@ Where it departs from (or fixes what is open in) the published method:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
@@ -53,8 +56,8 @@ from pats.types import (
     Record,
     ReviewMode,
     ScaffoldEntry,
+    ScopeSuccess,
     UtilityData,
-    Verdict,
 )
 
 MAX_PLAN_ACTIONS = 16  # a plan longer than this is cut: its start is what a failing policy misses
@@ -108,14 +111,18 @@ class RulesReviser:
         ev = _Evidence([c for c in cards if c.task_type == t], self.min_citations)
         view = type_entries(entries, t, ev.task_ids)
         mode = ReviewMode(assessment.mode)
+        removes = self.removal and self.mode_of_scaffold == "pats"
+        withdrawn = {s.scope: s for s in assessment.scopes if s.withdraw} if removes else {}
         edits: list[Edit] = []
         if mode in GUIDANCE_MODES:
-            edits += self._guidance(t, mode, ev, view)
-        if self.removal and self.mode_of_scaffold == "pats" and mode is not ReviewMode.EXPAND:
-            edits += self._removals(mode, ev, view, assessment.verdicts)
+            edits += self._guidance(t, mode, ev, view, set(withdrawn))
+        if removes and mode is not ReviewMode.EXPAND:  # EXPAND never deletes (scaffold.validate)
+            edits += self._removals(assessment, ev, view, withdrawn)
         return edits
 
-    def _guidance(self, t: str, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry]) -> list[AddEdit]:
+    def _guidance(
+        self, t: str, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry], withdrawn: set[str]
+    ) -> list[AddEdit]:
         max_skills, max_mistakes = MODE_BUDGETS[mode].skills, MODE_BUDGETS[mode].mistakes
         planned = {e.scope for e in view if e.kind == "plan"}
         open_tasks = [k for k in ev.task_ids if f"task:{k}" not in planned and not ev.all_passed(k)]
@@ -130,6 +137,8 @@ class RulesReviser:
 
         kept: list[AddEdit] = []
         for add in filter(None, candidates):
+            if add.scope in withdrawn:
+                continue  # the judge withdrew this scope: it gets no new entries while it stays solved
             n_kind = sum((a.kind == "mistake") == (add.kind == "mistake") for a in kept)
             if n_kind >= (max_mistakes if add.kind == "mistake" else max_skills):
                 continue
@@ -204,8 +213,13 @@ class RulesReviser:
         return None
 
     def _removals(
-        self, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry], verdicts: Sequence[Verdict] = ()
+        self,
+        assessment: Assessment,
+        ev: _Evidence,
+        view: list[ScaffoldEntry],
+        withdrawn: dict[str, ScopeSuccess],
     ) -> list[DeleteEdit]:
+        mode = ReviewMode(assessment.mode)
         removable = [e for e in view if e.scope != "general" and e.text.strip()]
         out: list[DeleteEdit] = []
         gone: set[str] = set()
@@ -216,37 +230,64 @@ class RulesReviser:
                 out.append(DeleteEdit(entry_id=entry.id, reason=reason, cites=cites))
                 gone.add(entry.id)
 
+        # The judge's withdrawals (judge.removal_threshold): the scope's own evidence cited.
         for e in removable:
-            task_id = e.scope.removeprefix("task:")
-            if e.scope.startswith("task:") and ev.all_passed(task_id):
-                delete(
-                    e,
-                    "its task's group all passed: the plan only removes variation",
-                    [ev.card(task_id, "outcome"), ev.card(task_id, "utility")],
-                    task_id,
+            if (s := withdrawn.get(e.scope)) is not None:
+                task_id = e.scope.removeprefix("task:") if e.scope.startswith("task:") else None
+                primary = (
+                    [ev.card(task_id, "outcome"), ev.card(task_id, "utility")]
+                    if task_id
+                    else ev.of_type("outcome")
                 )
-        # The LLM judge's grades (judge.kind: llm): an entry it calls harmful or stale is withdrawn,
-        # citing the cards the grade cites.
-        by_id = {c.id: c for c in ev.cards}
-        for v in verdicts:
-            graded = next((e for e in removable if e.id == v.entry_id), None)
-            if graded is not None and v.label in WITHDRAWN_LABELS:
-                task_id = graded.scope.removeprefix("task:") if graded.scope.startswith("task:") else None
-                why = f"the judge graded it {v.label}" + (f": {v.reason}" if v.reason else "")
-                delete(graded, why, [by_id.get(c) for c in v.cites], task_id)
-        utility = ev.of_type("utility")
-        if shows_harm(utility):
-            left = [e for e in removable if e.id not in gone]
-            newest = sorted(left, key=lambda e: (e.updated_step, e.created_step, e.id))
-            if newest:
-                delete(
-                    newest[-1],
-                    "probes without the scaffold won more often than scaffolded rollouts",
-                    list(utility),
-                )
+                delete(e, f"{e.scope} success average {s.success:.2f} reached the judge's removal threshold",
+                       primary, task_id)  # fmt: skip
+        self._evidence_removals(mode, assessment, ev, view, removable, delete, gone)
+        return out
+
+    def _evidence_removals(
+        self,
+        mode: ReviewMode,
+        assessment: Assessment,
+        ev: _Evidence,
+        view: list[ScaffoldEntry],
+        removable: list[ScaffoldEntry],
+        delete: Callable[..., None],
+        gone: set[str],
+    ) -> None:
+        """All-passed task plans, the LLM judge's grades, harm and COMPRESS; during the judge's
+        warm-up (`removal_open` false) only PRUNE's budget deletions."""
+        if assessment.removal_open:
+            for e in removable:
+                task_id = e.scope.removeprefix("task:")
+                if e.scope.startswith("task:") and ev.all_passed(task_id):
+                    delete(
+                        e,
+                        "its task's group all passed: the plan only removes variation",
+                        [ev.card(task_id, "outcome"), ev.card(task_id, "utility")],
+                        task_id,
+                    )
+            # The LLM judge's grades (judge.kind: llm): an entry it calls harmful or stale is withdrawn,
+            # citing the cards the grade cites.
+            by_id = {c.id: c for c in ev.cards}
+            for v in assessment.verdicts:
+                graded = next((e for e in removable if e.id == v.entry_id), None)
+                if graded is not None and v.label in WITHDRAWN_LABELS:
+                    task_id = graded.scope.removeprefix("task:") if graded.scope.startswith("task:") else None
+                    why = f"the judge graded it {v.label}" + (f": {v.reason}" if v.reason else "")
+                    delete(graded, why, [by_id.get(c) for c in v.cites], task_id)
+            utility = ev.of_type("utility")
+            if shows_harm(utility):
+                left = [e for e in removable if e.id not in gone]
+                newest = sorted(left, key=lambda e: (e.updated_step, e.created_step, e.id))
+                if newest:
+                    delete(
+                        newest[-1],
+                        "probes without the scaffold won more often than scaffolded rollouts",
+                        list(utility),
+                    )
 
         oldest = sorted((e for e in removable if e.id not in gone), key=lambda e: (e.created_step, e.id))
-        if mode is ReviewMode.COMPRESS and not gone and oldest:
+        if mode is ReviewMode.COMPRESS and assessment.removal_open and not gone and oldest:
             delete(oldest[0], "the type is solved: withdraw its oldest guidance", ev.of_type("outcome"))
         if mode is ReviewMode.PRUNE:
             left = [e for e in view if e.id not in gone]
@@ -259,7 +300,6 @@ class RulesReviser:
                 left = [x for x in left if x.id not in gone]
                 if self.budget is None:
                     break  # without a budget to aim for, one entry per review
-        return out
 
 
 def family_skill_text(task_type: str, pattern: str, shared: int, tasks: int) -> str:

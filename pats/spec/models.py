@@ -150,6 +150,29 @@ class _JudgeCommon(SpecModel):
     ema_alpha: float = Field(0.1, gt=0.0, le=1.0, description="Weight of the newest group success.")
     compress_threshold: float = Field(0.7, ge=0.0, le=1.0)
     revise_threshold: float = Field(0.3, ge=0.0, le=1.0)
+    ema_start: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Where each success average (per type and per task) starts: null, the first group "
+        "sets it; 0.0, as the small-scale PATS reproduction's (removal then acts gradually as success "
+        "rises).",
+    )
+    removal_warmup: int = Field(
+        0,
+        ge=0,
+        description="Reviews of a task type before any removal driven by evidence (withdrawals, COMPRESS, "
+        "all-passed plans, harm, grades); PRUNE for the budget is not held back. The reproduction: 4.",
+    )
+    removal_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Success average at or above which a scope's entries are withdrawn (after the warm-up, "
+        "with scaffold.removal on, at REVISE, COMPRESS or PRUNE reviews: EXPAND never deletes): "
+        "task-scoped entries by their task's average, type-scoped by the type's; such a scope gets no "
+        "new entries while it stays there. null: off. The reproduction: 0.25.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self):
