@@ -60,7 +60,11 @@ def build_revisers(spec: ExperimentSpec):
 
     sc = spec.scaffold
     rules = RulesReviser(
-        removal=sc.removes, min_citations=sc.min_citations, mode_of_scaffold=sc.mode, budget=sc.budget
+        removal=sc.removes,
+        min_citations=sc.min_citations,
+        mode_of_scaffold=sc.mode,
+        budget=sc.budget,
+        task_plans=sc.task_plans,
     )
     return REVISERS.get(spec.reviser.kind)(spec, rules)
 

@@ -251,6 +251,7 @@ class Reviewer:
             removal=self.removal,
             min_citations=self.spec.min_citations,
             task_type=assessment.task_type,
+            task_plans=self.spec.task_plans,
         )
         if self.mode == "grow":
             errors += [

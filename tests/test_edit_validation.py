@@ -60,13 +60,14 @@ def delete(entry_id: str, cites=CITES) -> DeleteEdit:
 
 @pytest.fixture
 def check(count_tokens):
-    def _check(edits, mode, *, removal=True, min_citations=2, entries=ENTRIES):
+    def _check(edits, mode, *, removal=True, min_citations=2, entries=ENTRIES, task_plans=True):
         return validate_edits(
             edits,
             mode,
             entries,
             CARDS,
             count_tokens,
+            task_plans=task_plans,
             removal=removal,
             min_citations=min_citations,
             task_type="twc",
@@ -164,6 +165,16 @@ def test_compress_must_lower_the_tokens(check, count_tokens):
         f"edit set (COMPRESS): the type's entries go from {before} to {after} tokens; COMPRESS must lower",
     )
     assert check([update("e2", "Open containers.")], C) == []
+
+
+def test_task_plans_off_refuses_adds_at_task_scope(check):
+    plan = add("Steps to try: open fridge -> take milk", "plan", "task:t2")
+    one(
+        check([plan], E, task_plans=False),
+        "edit 0 (ADD plan task:t2): scaffold.task_plans is false, so nothing is added at task scope",
+    )
+    assert check([plan], E) == []  # on by default
+    assert check([add("Look in the kitchen first.")], E, task_plans=False) == []
 
 
 def test_removal_off_forbids_delete(check):

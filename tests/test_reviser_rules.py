@@ -407,6 +407,14 @@ async def test_without_the_expert_card_no_plan_comes_from_expert_data():
     assert [p.text for p in plans] == ["Steps to try: go east -> take milk"]
 
 
+async def test_task_plans_off_leaves_only_guidance_that_can_transfer(valid):
+    expert = card("t2", "expert", {"plan": ["go east", "take milk"], "first_departure": None})
+    cards = [*MIXED, *REPEATS, expert]
+    edits = await RulesReviser(True, 2, task_plans=False).revise(3, assess(E), cards, [])
+    assert [(e.kind, e.scope) for e in edits] == [("skill", "type:twc"), ("mistake", "type:twc")]
+    valid(edits, E, cards, [])
+
+
 SCENARIOS = {
     "mixed": (MIXED + REPEATS, []),
     "solved": (SOLVED, BANK),
@@ -449,3 +457,24 @@ async def test_pats_edit_sets_always_validate(valid, scenario, mode, min_citatio
     valid(edits, mode, cards, entries, min_citations=min_citations)
     if mode is not E and scenario != "mixed":
         assert any(isinstance(e, DeleteEdit) for e in edits)  # the evidence asks for removal
+
+
+def test_the_spec_reaches_the_rules_reviser_and_the_judge():
+    from pathlib import Path
+
+    from pats.build import build_judge, build_revisers
+    from pats.spec import load_spec
+
+    spec = load_spec(
+        Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml",
+        [
+            "scaffold.task_plans=false",
+            "judge.removal_warmup=4",
+            "judge.removal_threshold=0.25",
+            "judge.ema_start=0",
+        ],
+    )
+    _, rules = build_revisers(spec)
+    assert rules.task_plans is False
+    judge = build_judge(spec)
+    assert (judge.spec.removal_warmup, judge.spec.removal_threshold, judge.spec.ema_start) == (4, 0.25, 0.0)

@@ -7,7 +7,9 @@ Guidance (EXPAND and REVISE, the type is failing), written so that it can reach 
   tasks' actions, such as `coin` or `cookbook`, stay as they are);
 - a task whose group had a success gets a `plan` scoped `task:<id>`: the winning rollout's actions with
   immediate repeats removed ("Steps that worked: a -> b -> c"); it helps only when that task recurs;
-- tasks with no success and an expert card (privileged) get a plan from the expert plan's prefix;
+- tasks with no success and an expert card (privileged) get a plan from the expert plan's prefix
+  (so with the expert card off no plan comes from expert data; `task_plans=False`, the spec's
+  scaffold.task_plans, writes no task plans at all: only guidance that can reach other games);
 - a dominant failure mode over the tasks with no success gives one `mistake` scoped `type:<t>`, its
   excerpt abstracted the same way, so it names no object of one game.
 Plans and patterns come from the outcome card's winning actions (or the contrast card's best rollout),
@@ -88,7 +90,9 @@ class RulesReviser:
         min_citations: int,
         mode_of_scaffold: Literal["static", "grow", "pats"] = "pats",
         budget: ScaffoldBudget | None = None,
+        task_plans: bool = True,
     ):
+        self.task_plans = task_plans  # false: no task-scoped plans, only guidance that can transfer
         self.removal = removal
         self.min_citations = min_citations
         self.mode_of_scaffold = mode_of_scaffold
@@ -129,8 +133,9 @@ class RulesReviser:
         # Plans from the policy's own successes first (rarest success first), then from expert plans.
         by_success = sorted(open_tasks, key=lambda k: (ev.success_rate(k), k))
         candidates = [self._family_skill(t, ev)]  # the one kind of guidance that reaches new games
-        candidates += [self._success_plan(k, ev) for k in by_success]
-        candidates += [self._expert_plan(k, ev) for k in open_tasks]
+        if self.task_plans:
+            candidates += [self._success_plan(k, ev) for k in by_success]
+            candidates += [self._expert_plan(k, ev) for k in open_tasks]
         mistake = self._mistake(t, ev, view)
         if mistake is not None:
             candidates.append(mistake)

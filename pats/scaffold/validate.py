@@ -9,7 +9,7 @@ Two levels, one place for each rule:
 - `validate_edits(...)`: one task type's set at review, as a whole: `edit_problems` within the type's
   entries and scopes, plus cited cards exist; each edit cites at least `min_citations` distinct cards;
   the mode budgets in `MODE_BUDGETS`; COMPRESS lowers the type's token count; near-duplicates are
-  refused; `removal=False` forbids DELETE. A set it accepts is one the store accepts, so a refused set
+  refused; `removal=False` forbids DELETE; `task_plans=False` forbids ADDs at task scope. A set it accepts is one the store accepts, so a refused set
   goes back to the reviser (retried once with the errors, then the rules reviser answers) and never
   reaches the store.
 
@@ -100,6 +100,7 @@ def validate_edits(
     removal: bool,
     min_citations: int,
     task_type: str,
+    task_plans: bool = True,
 ) -> list[str]:
     """Every problem of one task type's edit set for this mode (empty list: valid); the store's rules
     (`edit_problems`) are among them, checked within the type's entries and scopes."""
@@ -113,6 +114,13 @@ def validate_edits(
     problems += _mode_problems(edits, mode, removal)
     problems += edit_problems(edits, entries, scopes=scopes)
     problems += _duplicate_problems(edits, entries)
+    if not task_plans:
+        problems += [
+            f"{label(i, e)}: scaffold.task_plans is false, so nothing is added at task scope; write guidance "
+            f"for the whole type (scope type:{task_type}) or drop this ADD"
+            for i, e in enumerate(edits)
+            if isinstance(e, AddEdit) and e.scope.startswith("task:")
+        ]
 
     if mode is ReviewMode.COMPRESS and edits:
         if not removal:

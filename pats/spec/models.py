@@ -69,6 +69,11 @@ class ScaffoldSpec(SpecModel):
         True, description="false disables DELETE and COMPRESS (the removal ablation); grow never removes."
     )
     privileged: bool = Field(False, description="Allow the privileged `expert` card (uses expert plans).")
+    task_plans: bool = Field(
+        True,
+        description="Reviews may add task-scoped plans (from the policy's wins, and from expert plans with the "
+        "expert card); false leaves only guidance that can reach other games (general and type-scoped).",
+    )
     probe_fraction: float = Field(
         0.25, ge=0.0, lt=1.0, description="Share of each group run without the scaffold (utility card)."
     )
