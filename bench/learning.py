@@ -9,7 +9,8 @@ every condition and seed), every `eval_every` steps by the engine on the first `
 learning curve), and at the end on `heldout_tasks` games with per-task outcomes (the paired test).
 Prints per condition the informative-group fraction, train success with and without the scaffold,
 held-out success with 95% Wilson intervals, the area under the curve, and PATS minus each baseline
-(paired bootstrap over tasks); writes bench/results/learning_<budget>.json and a plot beside it.
+(paired by seed and game, hierarchical bootstrap over seeds and games: bench/stats.py); writes
+bench/results/learning_<budget>.json and a plot beside it.
 Rerun the same command after an interruption: finished conditions are skipped, the rest resumed.
 
     python bench/learning.py --budget small                   # ~2 h on 2 cores; see BUDGETS
@@ -51,7 +52,7 @@ from common import (  # noqa: E402
     step_seconds,
     write_result,
 )
-from stats import auc, detectable_difference, paired_bootstrap, wilson  # noqa: E402
+from stats import auc, detectable_difference, hierarchical_difference, wilson  # noqa: E402
 
 EARLY_STEPS = 20  # the issue's target: informative fraction over the first 20 steps
 
@@ -250,16 +251,20 @@ def summarize(out: Path, b: Budget, conditions) -> dict:
 
 
 def compare(a: dict, b: dict) -> dict:
-    """a - b: held-out success (paired over the seeds both finished), AUC, informative ratio."""
-    seeds = sorted(set(a["_outcomes"]) & set(b["_outcomes"]))
-    pa = {t: [a["_outcomes"][s][t] for s in seeds] for t in (a["_outcomes"][seeds[0]] if seeds else {})}
-    pb = {t: [b["_outcomes"][s][t] for s in seeds] for t in pa if all(t in b["_outcomes"][s] for s in seeds)}
-    diff, lo, hi = paired_bootstrap(pa, pb) if pb else (None, None, None)
+    """a - b: held-out success (paired by seed and game over the seeds both finished, its interval
+    over seeds and games: bench/stats.py; with one seed, the bootstrap over games), AUC, informative
+    ratio."""
+    pa = {s: {t: [x] for t, x in o.items()} for s, o in a["_outcomes"].items()}
+    pb = {s: {t: [x] for t, x in o.items()} for s, o in b["_outcomes"].items()}
+    d = hierarchical_difference(pa, pb)
+    paired = sum(len(set(pa[s]) & set(pb[s])) for s in set(pa) & set(pb))
+    diff, lo, hi = (d.interval.estimate, d.interval.lo, d.interval.hi) if paired else (None, None, None)
     ia, ib = a["informative_early"], b["informative_early"]
     return {
         "heldout_diff": diff,
         "heldout_diff_ci95": [lo, hi],
-        "paired_episodes": sum(len(v) for v in pb.values()),
+        "heldout_diff_per_seed": dict(d.per_seed),
+        "paired_episodes": paired,
         "auc_diff": a["auc"] - b["auc"] if a["auc"] is not None and b["auc"] is not None else None,
         "informative_early_ratio": ia / ib if ia is not None and ib else None,
     }
@@ -288,7 +293,7 @@ def tables(summary: dict, b: Budget) -> str:
         )
     lines += [
         "",
-        "| comparison | held-out diff [95% CI, paired bootstrap] | paired episodes | AUC diff | informative ratio |",
+        "| comparison | held-out diff [95% CI over seeds and games] | paired episodes | AUC diff | informative ratio |",
         "| --- | --- | --- | --- | --- |",
     ]
     for name, c in summary["comparisons"].items():
