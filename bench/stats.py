@@ -9,14 +9,13 @@ of one seed (they share a trained policy), so:
   within each drawn seed, each (seed, game) keeping both conditions' outcomes so the pairing survives:
   `hierarchical_difference`, with the per-seed differences beside it;
 - `paired_bootstrap` (games only, seeds held fixed) is the older interval; it leaves out run-to-run
-  variance and is kept for single-seed comparisons (bench/learning.py) and for showing what changed;
+  variance and is kept to show what changed (docs/results.md) and as the tests' reference;
 - `wilson` pools episodes as if independent: for single-seed counts where no game grouping exists.
 
 With one seed, the hierarchical bootstrap is the game-clustered one, draw for draw the same as
-`paired_bootstrap`. The games of a campaign are the
-same for every seed (a crossed design); resampling them independently within each drawn seed, as
-here, is the usual nested approximation and errs, if anything, on the wide side. Percentile
-intervals, fixed RNG seed: every table recomputes to the same digits.
+`paired_bootstrap`. The games of a campaign are the same for every seed (a crossed design);
+resampling them independently within each drawn seed, as here, is the usual nested approximation.
+Percentile intervals, fixed RNG seed: every table recomputes to the same digits.
 """
 
 from __future__ import annotations
