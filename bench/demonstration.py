@@ -170,7 +170,7 @@ def load_cells(campaign: str) -> list[dict]:
 def same_training(a: dict, b: dict) -> bool:
     """Two cells of one seed whose per-step training records (scaffold entries and tokens, train
     successes with and without the scaffold, informative groups) are equal step for step."""
-    return a["seed"] == b["seed"] and bool(a["train"]) and a["train"] == b["train"]
+    return a["seed"] == b["seed"] and bool(a.get("train")) and a.get("train") == b.get("train")
 
 
 def identical_cells(cells: list[dict], others: list[dict] = ()) -> dict[tuple[str, int], str]:
