@@ -97,13 +97,13 @@ def informative(p: float, g: int) -> float:
 
 
 class Probe:
-    def __init__(self, setting: str, args):
+    def __init__(self, setting: str, args, spec=None):
         from pats.backends.local.backend import LocalBackend
         from pats.engine.run import make_env_factory
         from pats.models import token_counter
 
         self.name, self.args = setting, args
-        self.spec = setting_spec(setting)
+        self.spec = spec or setting_spec(setting)  # bench/stage0.py hands in variants of a setting
         self.make_env = make_env_factory(self.spec)
         self.env = self.make_env()
         train = self.env.tasks("train")

@@ -1,0 +1,150 @@
+"""Stage 0: can guidance reach the untrained policy at all? The go/no-go before any demonstration.
+
+The sensitivity probe (bench/sensitivity.py: no training, the untrained policy, training-fold probe
+games 500-515, `--samples` sampled episodes each, the sampler reseeded per cell so every cell sees the
+same games and random stream) over the variables nobody had tried:
+- setting: `twc` (1 room, 2 items, 10 turns) and `twc1-t5` (1 room, 1 item, 5 turns);
+- temperature 1.0 and 0.5 (the policy samples from the softmax over admissible actions);
+- placement of the guidance: `turn` (right before the admissible actions) and `system`;
+- guidance: none, expert (the game's own verified plan: an upper bound), family (one type-scoped skill
+  from 8 other training games' plans), control (unrelated text of the family card's length).
+
+A (setting, temperature, placement) passes when none <= 0.10, expert >= 0.25, expert - control >= +0.10
+with its 95% interval (paired over games) excluding 0, and the expert likelihood gap >= 0.2 nats
+(docs/results.md, stated before the cells ran). `none` does not depend on the placement: one cell.
+
+Each cell writes bench/results/stage0/<setting>-T<temperature>[-<placement>]-<guidance>.json when it
+finishes (commit it); a rerun fills only the missing cells.
+
+    python bench/stage0.py
+    python bench/stage0.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, fmt  # noqa: E402
+from sensitivity import Probe, setting_spec  # noqa: E402
+from stats import paired_bootstrap  # noqa: E402
+
+CELLS = RESULTS / "stage0"
+VARIANTS = {"twc": ("twc", 10), "twc1-t5": ("twc1", 5)}  # name -> (sensitivity setting, max_turns)
+TEMPERATURES = (1.0, 0.5)
+PLACEMENTS = ("turn", "system")
+GUIDED = ("expert", "control", "family")
+PASS = {"none_max": 0.10, "expert_min": 0.25, "expert_minus_control": 0.10, "gap_min": 0.2}
+
+
+def variant_spec(name: str, temperature: float, placement: str):
+    from pats.spec.models import ExperimentSpec
+
+    setting, turns = VARIANTS[name]
+    data = setting_spec(setting).model_dump(mode="json")
+    data["environment"]["max_turns"] = turns
+    data["policy"]["temperature"] = temperature
+    data["scaffold"]["placement"] = placement
+    return ExperimentSpec.model_validate(data)
+
+
+def cell_id(name: str, temperature: float, placement: str | None, kind: str) -> str:
+    return f"{name}-T{temperature}-{placement + '-' if placement else ''}{kind}"
+
+
+def run(args) -> None:
+    CELLS.mkdir(parents=True, exist_ok=True)
+    for name in args.settings:
+        for temperature in TEMPERATURES:
+            for placement in PLACEMENTS:
+                kinds = (["none"] if placement == PLACEMENTS[0] else []) + list(GUIDED)
+                ids = {k: cell_id(name, temperature, None if k == "none" else placement, k) for k in kinds}
+                todo = [k for k in kinds if not (CELLS / f"{ids[k]}.json").is_file()]
+                if todo:
+                    asyncio.run(play(args, name, temperature, placement, todo, ids))
+
+
+async def play(args, name, temperature, placement, todo, ids) -> None:
+    probe = Probe(VARIANTS[name][0], args, spec=variant_spec(name, temperature, placement))
+    try:
+        for kind in todo:
+            result = await probe.cell(kind)
+            result |= {
+                "variant": name,
+                "temperature": temperature,
+                "placement": placement if kind != "none" else None,
+            }
+            (CELLS / f"{ids[kind]}.json").write_text(json.dumps(result, indent=1) + "\n")
+            print(f"{ids[kind]:32s} {result['successes']}/{result['episodes']} "
+                  f"gap {fmt(result['likelihood_gap'].get('gap'))} ({result['seconds']} s)", flush=True)  # fmt: skip
+    finally:
+        await probe.close()
+
+
+def verdict(cells: dict[str, dict], name: str, temperature: float, placement: str) -> tuple[str, bool | None]:
+    """One table row for a (setting, temperature, placement), and whether it passes (None: cells missing)."""
+    got = {
+        k: cells.get(cell_id(name, temperature, None if k == "none" else placement, k))
+        for k in ("none", *GUIDED)
+    }
+    if any(c is None for c in got.values()):
+        have = ", ".join(k for k, c in got.items() if c)
+        return f"| {name} | {temperature} | {placement} | cells so far: {have or 'none'} | | | | | |", None
+    none, expert, control, family = (got[k] for k in ("none", "expert", "control", "family"))
+    d, lo, hi = paired_bootstrap(expert["per_task"], control["per_task"])
+    gap = expert["likelihood_gap"].get("gap")
+    checks = [
+        none["success"] <= PASS["none_max"],
+        expert["success"] >= PASS["expert_min"],
+        d >= PASS["expert_minus_control"] and lo > 0,
+        gap is not None and gap >= PASS["gap_min"],
+    ]
+    mark = ["yes" if ok else "**no**" for ok in checks]
+    rate = "{:.3f} ({}/{})".format
+    row = (f"| {name} | {temperature} | {placement} | {rate(none['success'], none['successes'], none['episodes'])} {mark[0]} "
+           f"| {rate(expert['success'], expert['successes'], expert['episodes'])} {mark[1]} "
+           f"| {rate(control['success'], control['successes'], control['episodes'])} "
+           f"| {rate(family['success'], family['successes'], family['episodes'])} "
+           f"| {d:+.3f} [{lo:+.3f}, {hi:+.3f}] {mark[2]} | {fmt(gap)} {mark[3]} "
+           f"| {'**PASS**' if all(checks) else 'fail'} |")  # fmt: skip
+    return row, all(checks)
+
+
+def report() -> str:
+    cells = {p.stem: json.loads(p.read_text()) for p in sorted(CELLS.glob("*.json"))}
+    rows = ["| setting | temperature | placement | none (<= 0.10) | expert (>= 0.25) | control | family "
+            "| expert - control (>= +0.10, 95% CI over games excl. 0) | expert likelihood gap (>= 0.2) | verdict |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for name in VARIANTS:
+        for temperature in TEMPERATURES:
+            for placement in PLACEMENTS:
+                rows.append(verdict(cells, name, temperature, placement)[0])
+    table = "\n".join(rows)
+    CELLS.mkdir(parents=True, exist_ok=True)
+    (CELLS / "summary.md").write_text(table + "\n")
+    return table
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--settings", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--tasks", type=int, default=16, help="probe games (training fold)")
+    p.add_argument("--samples", type=int, default=8, help="sampled episodes per probe game")
+    p.add_argument("--probe-offset", type=int, default=500, help="first probe game in the train fold")
+    p.add_argument("--sources", type=int, default=8, help="other training games the family card comes from")
+    p.add_argument("--group", type=int, default=4, help="(the rules guidance's group size; unused here)")
+    p.add_argument("--report-only", action="store_true", help="the table from the cell files")
+    args = p.parse_args(argv)
+    if not args.report_only:
+        run(args)
+    print(report())
+
+
+if __name__ == "__main__":
+    main()
