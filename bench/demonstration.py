@@ -152,6 +152,40 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     }
 
 
+UNTRAINED = "untrained"  # every campaign's reference: the policy before training, same games and seeds
+
+
+def untrained_cell(args, seed: int, spec_file: Path) -> dict:
+    """The untrained policy on the campaign's held-out games, sampled with the seed's stream: what
+    every condition's training is measured against (no training record, so it matches no cell)."""
+    from pats.spec import load_spec
+
+    start = time.time()
+    spec = load_spec(spec_file, [f"seed={seed}"])
+    run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{UNTRAINED}-s{seed}"
+    held = heldout(run_dir / f"heldout_{args.heldout}_from{args.heldout_offset}.json", args.heldout,
+                   base_spec=spec, offset=args.heldout_offset)  # fmt: skip
+    per_task: dict[str, list[float]] = {}
+    for task, success in zip(held["tasks"], held["success"], strict=True):
+        per_task.setdefault(task, []).append(success)
+    return {
+        "setting": args.setting,
+        "condition": UNTRAINED,
+        "seed": seed,
+        "trained": "no",
+        "seconds": round(time.time() - start, 1),
+        "groups": 0,
+        "informative_groups": 0,
+        "train": [],
+        "evals": [],
+        "heldout": {
+            "episodes": len(held["success"]),
+            "successes": sum(held["success"]),
+            "per_task": per_task,
+        },
+    }
+
+
 CI = "95% CI over seeds and games"
 NOTE = (
     "Intervals: 95%, hierarchical bootstrap (resample seeds, then games within each drawn seed; "
@@ -220,9 +254,10 @@ def summarize(setting: str) -> str:
     for c in cells:
         by.setdefault(c["condition"], []).append(c)
     rows = [f"| condition | seeds | informative groups | held-out success [{CI}] | pats - X [{CI}]; per seed "
-            f"| X - none [{CI}]; per seed | likelihood gap first -> last | trained identically to |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for cond in CONDITIONS:
+            f"| X - none [{CI}]; per seed | X - untrained [{CI}] | likelihood gap first -> last "
+            "| trained identically to |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for cond in (UNTRAINED, *CONDITIONS):
         if cond not in by:
             continue
         cs = by[cond]
@@ -231,10 +266,11 @@ def summarize(setting: str) -> str:
         rate = hierarchical_rate(outcomes(cs, ("heldout",)))
         diff = paired(by.get("pats", []), cs, ("heldout",)) if cond != "pats" else "n/a"
         vs_none = paired(cs, by.get("none", []), ("heldout",)) if cond != "none" else "n/a"
+        vs_untrained = paired(cs, by.get(UNTRAINED, []), ("heldout",)) if cond != UNTRAINED else "n/a"
         gaps = [[e.get("eval/likelihood_gap") for e in c["evals"]] for c in cs]
         gap = "; ".join(f"{fmt(g[0])} -> {fmt(g[-1])}" for g in gaps if g and g[0] is not None) or "n/a"
         rows.append(f"| {cond} | {len(cs)} | {inf}/{n} = {inf / max(n, 1):.3f} | {rate.fmt()} ({int(wins)}/{eps}) "
-                    f"| {diff} | {vs_none} | {gap} | {identical_note(cs, same)} |")  # fmt: skip
+                    f"| {diff} | {vs_none} | {vs_untrained} | {gap} | {identical_note(cs, same)} |")  # fmt: skip
     return "\n".join(rows) + "\n\n" + NOTE
 
 
@@ -415,11 +451,15 @@ def main(argv=None) -> None:
     elif not args.report_only:
         spec_file = base_spec(args)
         for seed in args.seeds:  # seed-major: whole seeds finish first
-            for cond in args.conditions:
+            for cond in (UNTRAINED, *args.conditions):
                 out = folder / f"{cond}-s{seed}.json"
                 if out.is_file():
                     continue
-                result = cell(args, cond, seed, spec_file)
+                result = (
+                    untrained_cell(args, seed, spec_file)
+                    if cond == UNTRAINED
+                    else cell(args, cond, seed, spec_file)
+                )
                 result["protocol"] = {k: v for k, v in vars(args).items() if k != "report_only"}
                 out.write_text(json.dumps(result, indent=1) + "\n")
                 h = result["heldout"]

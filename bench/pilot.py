@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, RESULTS, fmt, heldout, read_run, run_condition  # noqa: E402
 from sensitivity import setting_spec  # noqa: E402
+from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 LRS = (1e-3, 3e-4, 1e-4)
 PER_RUN = ("stage", "seeds", "report_only")
@@ -117,6 +118,10 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
             "heldout": {"episodes": len(held["success"]), "successes": sum(held["success"]), "per_task": per_task(held)}}  # fmt: skip
 
 
+def by_seed(cells: list[dict]) -> dict[int, dict[str, list[float]]]:
+    return {c["seed"]: c["heldout"]["per_task"] for c in cells}
+
+
 def load_cells(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
@@ -142,7 +147,8 @@ def summarize(cells: list[dict]) -> str:
     trained = [c for c in cells if "lr" in c]
     untrained = {c["seed"]: c for c in cells if c["cell"].startswith("untrained")}
     rows = ["| lr | LoRA layers | seeds | pool success by steps done (mean over seeds) | final - start, per seed "
-            "| expert NLL start -> end | held-out success (per seed) | untrained held-out (same seeds) |",
+            "| expert NLL start -> end | held-out success [95% CI over seeds and games] "
+            "| held-out, trained - untrained (same games and seeds) [95% CI]; per seed |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     groups: dict[tuple, list[dict]] = {}
     for c in trained:
@@ -157,15 +163,10 @@ def summarize(cells: list[dict]) -> str:
         nll = "; ".join(
             f"{fmt(c['curve'][0]['eval/expert_nll'])} -> {fmt(c['curve'][-1]['eval/expert_nll'])}" for c in cs
         )
-        held = ", ".join(f"{c['heldout']['successes'] / c['heldout']['episodes']:.3f}" for c in cs)
-        base = ", ".join(
-            f"{u['heldout']['successes'] / u['heldout']['episodes']:.3f}"
-            for u in (untrained.get(c["seed"]) for c in cs)
-            if u
-        )
-        rows.append(
-            f"| {lr:.0e} | {top or 'all'} | {len(cs)} | {curve} | {deltas} | {nll} | {held} | {base or 'n/a'} |"
-        )
+        held = hierarchical_rate(by_seed(cs)).fmt()
+        base = [untrained[c["seed"]] for c in cs if c["seed"] in untrained]
+        vs = hierarchical_difference(by_seed(cs), by_seed(base)).fmt() if base else "n/a"
+        rows.append(f"| {lr:.0e} | {top or 'all'} | {len(cs)} | {curve} | {deltas} | {nll} | {held} | {vs} |")
     return "\n".join(rows)
 
 

@@ -199,3 +199,51 @@ def test_a_demonstration_table_names_cells_that_trained_identically():
     )
     assert "left out" not in demonstration.paired(pats, none, ("heldout",))
     assert demonstration.identical_cells(none) == {}
+
+
+def _pilot_cell(lr, seed, final, top=8):
+    curve = [{"steps_done": 0, "pool/success": 0.3, "eval/expert_nll": 2.0},
+             {"steps_done": 32, "pool/success": final, "eval/expert_nll": 1.5}]  # fmt: skip
+    held = {"per_task": {"g1": [1.0, 0.0], "g2": [0.0, 0.0]}, "successes": 1.0, "episodes": 4}
+    return {"cell": f"lr{lr:.0e}-top{top}-s{seed}", "lr": lr, "top_layers": top, "seed": seed,
+            "curve": curve, "heldout": held}  # fmt: skip
+
+
+def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
+    import pilot
+
+    cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.70), (3e-4, 0.69), (1e-4, 0.40)) for s in (0, 1)]
+    assert pilot.chosen_lr(cells, 8) == 3e-4, "within 0.02 of the best: the lower lr"
+    cells[2:4] = [_pilot_cell(3e-4, s, 0.60) for s in (0, 1)]
+    assert pilot.chosen_lr(cells, 8) == 1e-3
+    assert pilot.chosen_lr(cells[:4], 8) is None, "an lr without cells: no choice yet"
+    untrained = {"cell": "untrained-s0", "seed": 0,
+                 "heldout": {"per_task": {"g1": [0.0, 0.0], "g2": [0.0, 0.0]}, "successes": 0.0, "episodes": 4}}  # fmt: skip
+    row = pilot.summarize([untrained, _pilot_cell(1e-3, 0, 0.7)]).splitlines()[2]
+    assert "+0.40" in row and "+0.250 [" in row, row  # pool 0.3 -> 0.7; held-out 1/4 vs 0/4
+
+
+def test_stage0_verdict_applies_every_criterion(tmp_path):
+    import stage0
+
+    def cell(wins, gap=None):
+        per_task = {f"g{i}": [1.0 if i < wins else 0.0] * 2 for i in range(8)}
+        n = sum(len(v) for v in per_task.values())
+        s = sum(sum(v) for v in per_task.values())
+        return {"success": s / n, "successes": s, "episodes": n, "per_task": per_task,
+                "likelihood_gap": {"gap": gap} if gap is not None else {}}  # fmt: skip
+
+    def cells(none, expert, control, gap):
+        ids = {
+            k: stage0.cell_id("twc", 1.0, None if k == "none" else "turn", k)
+            for k in ("none", *stage0.GUIDED)
+        }
+        return {ids["none"]: cell(none), ids["expert"]: cell(expert, gap), ids["control"]: cell(control),
+                ids["family"]: cell(control)}  # fmt: skip
+
+    assert stage0.verdict(cells(0, 4, 0, 0.5), "twc", 1.0, "turn")[1] is True
+    assert stage0.verdict(cells(1, 4, 0, 0.5), "twc", 1.0, "turn")[1] is False  # none 0.125 > 0.10
+    assert stage0.verdict(cells(0, 4, 0, 0.1), "twc", 1.0, "turn")[1] is False  # gap below 0.2
+    assert stage0.verdict(cells(0, 4, 4, 0.5), "twc", 1.0, "turn")[1] is False  # expert = control
+    assert stage0.verdict(cells(0, 1, 0, 0.5), "twc", 1.0, "turn")[1] is False  # expert 0.125 < 0.25
+    assert stage0.verdict({}, "twc", 1.0, "turn")[1] is None
