@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests run on CPU, offline; data from ../shared/data is found via `shared_data`."""
+"""Shared fixtures. Tests run on CPU, offline; the data sets are found via `shared_data` ($PATS_DATA or
+../shared/data)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ def repo() -> Path:
 
 @pytest.fixture
 def shared_data() -> Path:
-    """../shared/data beside the checkout (or $PATS_DATA). Under CI its absence is a failure."""
-    path = Path(os.environ.get("PATS_DATA", REPO.parent / "shared" / "data"))
+    """The data root of the tests: $PATS_DATA, else ../shared/data beside the checkout (`.ci/run` sets
+    PATS_DATA to it). Without it a test skips, saying why; under CI (CI=true) it fails instead."""
+    path = Path(os.environ.get("PATS_DATA") or REPO.parent / "shared" / "data").absolute()
     if not path.is_dir():
         if os.environ.get("CI"):
             pytest.fail(f"shared data missing at {path}: CI must run with ../shared beside the checkout")
-        pytest.skip(f"shared data not found at {path} (set PATS_DATA)")
+        pytest.skip(
+            f"needs the data sets at {path}: set PATS_DATA to a folder `pats data fetch` filled "
+            "(see docs/environments.md), or put ../shared/data beside the checkout"
+        )
     return path
 
 

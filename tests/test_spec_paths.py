@@ -54,11 +54,22 @@ def test_a_base_spec_path_is_read_beside_the_base_and_an_override_beside_the_cal
 
 def test_lists_of_data_files_are_anchored_one_by_one(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATS_DATA", "data")  # relative: read from the working directory
     spec = load_spec(REPO / "experiments" / "search_qa" / "pats.yaml")
-    data = REPO.parent / "shared" / "data"
+    data = tmp_path / "data"
     assert spec.environment.train_data[0] == str(data / "qa/graphrag_r2/popqa/train.parquet")
     assert all(Path(p).is_absolute() for p in spec.environment.eval_data)
     assert spec.environment.retriever.corpus.startswith(str(data))
+
+
+def test_without_pats_data_shipped_specs_read_their_data_under_the_cache(monkeypatch, tmp_path):
+    """`${data:...}` is $PATS_DATA, else <cache>/data: never a folder outside the checkout."""
+    monkeypatch.delenv("PATS_DATA", raising=False)
+    monkeypatch.setenv("PATS_CACHE", str(tmp_path / "cache"))
+    spec = load_spec(REPO / "experiments" / "alfworld" / "local.yaml")
+    assert spec.environment.data_dir == str(tmp_path / "cache" / "data" / "alfworld")
+    for path in (REPO / "experiments").rglob("*.yaml"):
+        assert "shared/data" not in path.read_text(), f"{path} names ../shared/data"
 
 
 def test_validate_refuses_a_missing_bank_and_names_the_key(tmp_path, capsys):

@@ -53,10 +53,27 @@ def test_cli_show_prints_resolved_spec(capsys, monkeypatch):
     assert "mode: none" in out and "steps: 7" in out and "name: quickstart-grpo" in out
 
 
-def test_cli_validate_all_experiments_exits_zero(monkeypatch, capsys):
+def test_cli_validate_all_experiments_exits_zero(monkeypatch, capsys, shared_data):
     monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATS_DATA", str(shared_data))
     assert main(["validate", *map(str, SPECS)]) == 0
     assert capsys.readouterr().out.count("ok: ") == len(SPECS)
+
+
+def test_without_the_data_only_specs_that_read_it_fail_and_they_say_how_to_fetch_it(
+    monkeypatch, capsys, tmp_path
+):
+    """A fresh clone: the data root is empty, so the specs naming `${data:...}` are refused, with the
+    command that fetches their data; every other shipped spec validates."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATS_DATA", str(tmp_path))
+    needs_data = {p for p in SPECS if "${data:" in (REPO / p).read_text()}
+    assert len(needs_data) == 6
+    assert main(["validate", *map(str, sorted(set(SPECS) - needs_data))]) == 0
+    for path in sorted(needs_data):
+        assert main(["validate", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path}/" in err and "`pats data fetch NAME` gets it" in err, err
 
 
 def test_schema_file_is_in_sync_with_models():

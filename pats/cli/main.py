@@ -1,4 +1,4 @@
-"""`pats` command line: validate, show, run, report, scaffold, eval, export and schema.
+"""`pats` command line: validate, show, run, report, scaffold, eval, export, schema and data.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -328,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on drift")
     p.add_argument("--out", help="where to write (default schemas/experiment.schema.json)")
     p.set_defaults(func=cmd_schema)
+
+    from pats.data.command import add_data_parser
+
+    add_data_parser(sub)
     return parser
 
 

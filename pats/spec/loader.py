@@ -14,7 +14,8 @@ than `MAX_DEPTH` or larger than `MAX_NODES` once expanded, `defaults:` may pull 
 `MAX_FILES` files, and no resolved value may hold the value of an environment variable that looks
 like a secret (`${oc.env:OPENAI_API_KEY}` would copy the key into spec.yaml and the W&B config).
 
-Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names them, as `defaults:`
+`${data:<path>}` is a path under the data root: $PATS_DATA, else ~/.cache/pats/data, where `pats data
+fetch` puts the data sets; shipped specs name their data this way. Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names them, as `defaults:`
 are, or to the working directory when an override names them, and the loaded spec holds them as
 absolute paths: a run directory's spec.yaml, `--resume` and `pats export` find the same file from any
 directory. (Outputs such as `logging.root` stay relative to where `pats run` is started.)
@@ -34,6 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
 from pats.errors import SpecError, SpecIssue, SpecNotice
+from pats.places import data_root
 from pats.spec.issues import issues_from_validation
 from pats.spec.models import ExperimentSpec
 from pats.spec.untrusted import MAX_CHARS, MAX_DEPTH, check_shape, odd_values, resolved_size, secret_leaks
@@ -53,6 +55,9 @@ MOVED_KEYS = {
     ("policy", "max_prompt_tokens"): ("trainer", "max_prompt_tokens"),  # verl's data lengths (issue 16)
     ("policy", "max_response_tokens"): ("trainer", "max_response_tokens"),
 }
+OmegaConf.register_new_resolver(  # `${data:qa/nq/test.jsonl}`: a file under the data root ($PATS_DATA)
+    "data", lambda relative="": str(data_root() / str(relative)), replace=True
+)
 MAX_FILES = 64  # files a spec may pull in through `defaults:`, counting repeats
 # `${a.b}`, `${.a}`, `${..a[0]}` and `${oc.select:a.b}`: references to other values of the spec.
 # Environment variables whose values must never end up in a spec (names like OPENAI_API_KEY, HF_TOKEN).
@@ -438,14 +443,21 @@ def missing_files(spec: ExperimentSpec) -> list[SpecIssue]:
         for i, path in enumerate([value] if isinstance(value, str) else value):
             if not Path(path).exists():
                 where = ".".join(key) + (f".{i}" if isinstance(value, list) else "")
-                issues.append(
-                    SpecIssue(
-                        where,
-                        f"{path} does not exist; a relative path is read from the folder of the spec file "
-                        "that names it (or the working directory, in an override)",
-                    )
-                )
+                issues.append(SpecIssue(where, f"{path} does not exist; {_missing_hint(path)}"))
     return issues
+
+
+def _missing_hint(path: str) -> str:
+    root = data_root()
+    if path.startswith(str(root) + os.sep):
+        return (
+            f"it is under the data root {root} ($PATS_DATA, default ~/.cache/pats/data): `pats data list` "
+            "says which data set holds it, `pats data fetch NAME` gets it"
+        )
+    return (
+        "a relative path is read from the folder of the spec file that names it (or the working "
+        "directory, in an override)"
+    )
 
 
 def _absolute(value: str, layer: _Layer | None) -> str:
