@@ -20,7 +20,8 @@ from pats.data.fetch import fetch, fetch_archive, sha256_of
 from pats.errors import PrerequisiteError
 
 REPO = Path(__file__).resolve().parents[1]
-VALID_SEEN_TREE = "7e47e94b92e29fdfeb4e8d2d9d10afc2e47668cb51af3cd78e8ce0c2cac6b3cc"  # 140 games, see below
+# tree digest of the 140 valid_seen games, computed once from the tarball outside pats
+VALID_SEEN_TREE = "7e47e94b92e29fdfeb4e8d2d9d10afc2e47668cb51af3cd78e8ce0c2cac6b3cc"
 
 
 class Mirror(ThreadingHTTPServer):
@@ -143,9 +144,10 @@ def repository_archive(shared_data: Path, change: bytes | None = None) -> bytes:
         tarfile.open(shared_data / "alfworld" / "json_2.1.1_valid_seen.tar.xz") as games,
         tarfile.open(fileobj=out, mode="w:gz") as repo,
     ):
-        readme = tarfile.TarInfo("lz-tool-skillopt-76b659f/README.md")
-        readme.size = 5
-        repo.addfile(readme, io.BytesIO(b"hello"))
+        for other in ("README.md", "json_2.1.1/valid_unseen/a-1/trial_1/traj_data.json"):
+            info = tarfile.TarInfo(f"lz-tool-skillopt-76b659f/{other}")
+            info.size = 5
+            repo.addfile(info, io.BytesIO(b"hello"))
         for i, member in enumerate(m for m in games if m.isfile()):
             data = games.extractfile(member).read()
             if change is not None and i == 0:
@@ -159,14 +161,17 @@ def repository_archive(shared_data: Path, change: bytes | None = None) -> bytes:
 @pytest.mark.parametrize("change", [None, b"\n"], ids=["checked", "one-game-changed"])
 def test_the_public_alfworld_archive_is_unpacked_and_checked_by_tree(mirror, shared_data, tmp_path, change):
     mirror.replace["/repo.tar.gz"] = repository_archive(shared_data, change)
+    keep = BY_NAME["alfworld"].archive.keep
     archive = GameArchive(
-        f"{mirror.url}/repo.tar.gz", "json_2.1.1", "alfworld/json_2.1.1", 140, 0, VALID_SEEN_TREE
+        f"{mirror.url}/repo.tar.gz", "json_2.1.1", keep, "alfworld/json_2.1.1", 140, 0, VALID_SEEN_TREE
     )
     root = tmp_path / "data"
     if change is None:
         fetch_archive(archive, root, print)
         games = sorted((root / "alfworld/json_2.1.1/valid_seen").glob("*/*/game.tw-pddl"))
-        assert len(games) == 140 and not (root / "alfworld/README.md").exists()
+        assert len(games) == 140 and [p.name for p in (root / "alfworld/json_2.1.1").iterdir()] == [
+            "valid_seen"
+        ]
     else:
         with pytest.raises(PrerequisiteError, match="tree digest .* over 140 files, expected 7e47e9"):
             fetch_archive(archive, root, print)

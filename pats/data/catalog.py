@@ -5,7 +5,7 @@ The layout under the data root is that of the project's own data folder (see its
 mirror (`--mirror URL`) serves the same layout. Files are taken verbatim from the public repositories,
 so one sha256 holds for both. ALFWorld's two tarballs are the exception: they were packed from the game
 files of a public repository, so from the public source `pats data fetch alfworld` downloads that
-repository at its commit, keeps the 3,893 game files and checks them against one digest of the tree
+repository at its commit, keeps the 3,893 game files (`game.tw-pddl` of three splits) and checks them against one digest of the tree
 (`tree_digest`), not the tarballs' sha256.
 """
 
@@ -29,7 +29,8 @@ class GameArchive:
     """A public repository archive whose files under `members` make a folder of the data root."""
 
     url: str
-    members: str  # the folder inside the archive (below its top folder) that is kept, e.g. json_2.1.1
+    folder: str  # the folder inside the archive (below its top folder) that goes to `path`, e.g. json_2.1.1
+    keep: tuple[str, ...]  # fnmatch patterns of the files kept from it (paths from the archive's top)
     path: str  # where that folder goes under the data root
     files: int
     size: int  # bytes once unpacked
@@ -77,6 +78,7 @@ DATASETS = (
         GameArchive(
             ALFWORLD_REPO,
             "json_2.1.1",
+            tuple(f"json_2.1.1/{split}/*/*/game.tw-pddl" for split in ("train", "valid_train", "valid_seen")),
             "alfworld/json_2.1.1",
             3893,
             332416329,

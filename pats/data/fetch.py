@@ -18,6 +18,7 @@ import tarfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from fnmatch import fnmatch
 from http.client import HTTPException
 from pathlib import Path, PurePosixPath
 
@@ -143,19 +144,21 @@ def fetch_archive(archive: GameArchive, root: Path, say: Callable[[str], None]) 
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.parent / f".{target.name}.tar.gz.part"
-    say(f"get  {archive.url} (the repository at its commit; keeps {archive.members}/, {archive.files} files)")
+    say(
+        f"get  {archive.url} (the repository at its commit; keeps {archive.files} files of {archive.folder}/)"
+    )
     stream(archive.url, part)
     unpacked = target.parent / f".{target.name}.unpacking"
     shutil.rmtree(unpacked, ignore_errors=True)
     try:
-        kept = _unpack_members(part, archive.members, unpacked)
-        digest = tree_digest(unpacked / archive.members) if kept else "(no files)"
+        kept = _unpack_members(part, archive.keep, unpacked)
+        digest = tree_digest(unpacked / archive.folder) if kept else "(no files)"
         if digest != archive.tree_sha256:
             raise PrerequisiteError(
-                f"checksum mismatch for {archive.members}/ of {archive.url}: tree digest {digest} over {kept} "
+                f"checksum mismatch for {archive.folder}/ of {archive.url}: tree digest {digest} over {kept} "
                 f"files, expected {archive.tree_sha256} over {archive.files}; refused and removed"
             )
-        os.replace(unpacked / archive.members, target)
+        os.replace(unpacked / archive.folder, target)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
         part.unlink(missing_ok=True)
@@ -163,14 +166,14 @@ def fetch_archive(archive: GameArchive, root: Path, say: Callable[[str], None]) 
     return target
 
 
-def _unpack_members(archive: Path, members: str, out: Path) -> int:
-    """Extract the regular files under `<top folder>/<members>/` of a .tar.gz into `out/<members>/`."""
+def _unpack_members(archive: Path, keep: tuple[str, ...], out: Path) -> int:
+    """Extract the regular files of a .tar.gz whose path below its top folder matches `keep` into `out`."""
     count = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 parts = PurePosixPath(member.name).parts[1:]  # below the archive's top folder
-                if not member.isfile() or not parts or parts[0] != members or ".." in parts:
+                if not member.isfile() or ".." in parts or not any(fnmatch("/".join(parts), k) for k in keep):
                     continue
                 dest = out.joinpath(*parts)
                 dest.parent.mkdir(parents=True, exist_ok=True)

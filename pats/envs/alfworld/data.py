@@ -2,7 +2,7 @@
 
 The layout is the one `alfworld-download` writes: `<root>/json_2.1.1/<split>/<task dir>/<trial>/
 game.tw-pddl`, where the task dir starts with the task type (`pick_clean_then_place_in_recep-Mug-
-None-CoffeeMachine-10`). A tarball of that tree (`json_2.1.1_*.tar.xz`, as in ../shared/data/alfworld)
+None-CoffeeMachine-10`). A tarball of that tree (`json_2.1.1_*.tar.xz`, as `pats data fetch alfworld` gets)
 is unpacked to `$PATS_CACHE/alfworld/<name>-<size>/`; a folder of tarballs is searched smallest first,
 so a run that needs only valid_seen never unpacks the 330 MB training set.
 
@@ -31,7 +31,7 @@ TARBALLS = ("*.tar.xz", "*.tar.gz", "*.tgz", "*.tar")
 INSTALL_HINT = (
     "set environment.data_dir or $ALFWORLD_DATA to ALFWorld's data: run `alfworld-download` on a machine "
     "with internet (it fills $ALFWORLD_DATA, default ~/.cache/alfworld), or point data_dir at a "
-    "json_2.1.1_*.tar.xz tarball or a folder of them, such as ../shared/data/alfworld"
+    "json_2.1.1_*.tar.xz tarball or a folder of them, such as ${data:alfworld} after `pats data fetch alfworld`"
 )
 
 

@@ -141,7 +141,7 @@ def _bm25_index(corpus: str) -> Bm25Index:
     if not path.is_file():
         raise PrerequisiteError(
             f"environment.retriever.corpus: no file at {path}; give a JSONL corpus of "
-            '{"id", "contents"} lines (e.g. ../shared/data/corpus/flashrag_wiki18_sample_1000.jsonl)'
+            '{"id", "contents"} lines (e.g. corpus/flashrag_wiki18_sample_1000.jsonl of `pats data fetch search_qa`)'
         )
     try:
         import bm25s  # noqa: F401
