@@ -9,6 +9,8 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
   validator: `import litellm` takes seconds (~5 s here) and specs load on every command and in many
   tests, so LiteLLM is imported only here, and only for a spec that names an LLM. Without the `llm`
   extra (dspy, litellm) such a spec is a PrerequisiteError naming the field and the install command.
+- `unset_keys`: each called LLM whose api_key_env is not set in the environment; `pats validate` prints
+  them as notes and still exits 0.
 - `preflight`: at `pats run` start, one short request to each LLM the run will call (its model string,
   api_base, key and timeout; llm.max_retries for transient faults). A refused key, an unknown model,
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
@@ -94,6 +96,23 @@ def check_providers(spec: ExperimentSpec, file: str = "") -> None:
         raise PrerequisiteError(f"{where}: {err}") from None
     if issues:
         raise SpecError(issues, file=file)
+
+
+def unset_keys(spec: ExperimentSpec) -> list[str]:
+    """One line per LLM the run calls whose key variable is unset: `pats validate` warns (a key may be
+    exported later, on the machine that runs it); `pats run`'s preflight stops on it."""
+    import os
+
+    return [
+        f"{path}: ${llm.api_key_env} is not set, and {llm.model} needs it; export it before `pats run`"
+        + (
+            f" (or set {path}.api_key_env: null if the server at {llm.api_base} takes no key)"
+            if llm.api_base
+            else ""
+        )
+        for path, llm in called_llms(spec)
+        if llm.api_key_env and not os.environ.get(llm.api_key_env)
+    ]
 
 
 # -- preflight ------------------------------------------------------------------------------------------

@@ -93,9 +93,10 @@ def api_key(spec: LLMSpec) -> str | None:
     value = os.environ.get(spec.api_key_env)
     if not value:
         raise PrerequisiteError(
-            f"environment variable {spec.api_key_env} is not set; export it with the API key for "
-            f"{spec.model} (the spec's llm.api_key_env names it), or unset api_key_env for a server "
-            "that needs no key"
+            f"environment variable {spec.api_key_env} is not set: {spec.model} needs an API key "
+            "(llm.api_key_env names the variable; left out, it is the provider's). Export it; for a "
+            "self-hosted OpenAI-compatible server that takes no key write hosted_vllm/<model>, or "
+            "api_key_env: null"
         )
     return value
 

@@ -166,13 +166,15 @@ def test_a_server_that_does_not_answer_in_time_stops_the_run(pats_run, tmp_path,
 
 
 def test_openai_prefix_without_a_key_says_what_to_write(pats_run, tmp_path, monkeypatch):
-    """The issue's second case: `openai/...` on a self-hosted server and no api_key_env."""
+    """The issue's second case: `openai/...` on a self-hosted server and no api_key_env (which is then
+    OPENAI_API_KEY, the provider's, issue 25)."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ScriptedOpenAIServer([EMPTY_EDITS]) as server:
         code, err, built = pats_run(server.base_url, key=False)
         assert_stopped_before_training(tmp_path, built, server)
     assert code == 3
-    assert "needs an API key" in err and "reviser.llm.api_key_env" in err and "hosted_vllm/<model>" in err
+    assert "reviser.llm (openai/scripted" in err and "OPENAI_API_KEY is not set" in err
+    assert "needs an API key" in err and "llm.api_key_env" in err and "hosted_vllm/<model>" in err
 
 
 def test_a_right_configuration_trains_and_the_preflight_eats_no_scripted_answer(

@@ -43,7 +43,7 @@ def _validate_one(path: str, overrides: list[str]) -> str:
             return "reviser prompt"
         load_rubric(path, Path(path).stem)
         return "judge rubric"
-    from pats.llm_check import check_providers
+    from pats.llm_check import check_providers, unset_keys
     from pats.spec import load_spec
     from pats.spec.loader import missing_files
 
@@ -56,6 +56,8 @@ def _validate_one(path: str, overrides: list[str]) -> str:
 
         load_bank(spec.scaffold.initial_bank)
     check_providers(spec, file=path)  # imports LiteLLM (seconds), so not in load_spec
+    for note in unset_keys(spec):
+        warnings.warn(f"{path}: {note}", SpecNotice, stacklevel=2)
     if spec.judge.kind == "llm":  # a missing or malformed rubric is caught now, not mid-run
         from pats.judges import load_rubric
 

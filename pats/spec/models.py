@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from pats.spec.base import SpecModel, tag_or_default
 from pats.spec.environments import EnvironmentSpec
+from pats.spec.providers import default_key_env, key_mismatch
 
 EMBEDDED_POLICY = "smollm2-135m-instruct"
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
@@ -123,7 +124,9 @@ class LLMSpec(SpecModel):
     api_key_env: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="Name of the environment variable holding the API key (never the key itself).",
+        description="Name of the environment variable holding the API key (never the key itself). "
+        "Unset: the provider's own (openai/ OPENAI_API_KEY, anthropic/ ANTHROPIC_API_KEY, ...; none for "
+        "ollama/ and hosted_vllm/), so a model swapped by an override brings its key; null: no key.",
     )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(1024, ge=16)
@@ -139,6 +142,20 @@ class LLMSpec(SpecModel):
         "then costs its retries every step: the rules reviser answers in its place, a judge's grades "
         "stay unscored).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _key_follows_provider(cls, data):
+        if isinstance(data, dict) and "api_key_env" not in data and isinstance(data.get("model"), str):
+            return {**data, "api_key_env": default_key_env(data["model"])}
+        return data
+
+    @model_validator(mode="after")
+    def _key_fits_provider(self):
+        problem = key_mismatch(self.model, self.api_key_env, self.api_base)
+        if problem:
+            raise PydanticCustomError("key_mismatch", problem)
+        return self
 
     @field_validator("model")
     @classmethod
