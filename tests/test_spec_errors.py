@@ -81,7 +81,20 @@ def test_unknown_component_kind_lists_known(write, section, bad, known):
 
 def test_missing_required_field(write):
     found = problems(write("s.yaml", "environment: {kind: twx}\n"))
-    assert found["name"].message == "required but missing (Run name (folder-safe).); add it"
+    assert found["name"].message == "required but missing (Run name (folder-safe).); add name: <text>"
+
+
+def test_missing_required_says_what_to_add(write):
+    """Issue 25: not just 'add it' but the YAML to add, the kinds of a union among it."""
+    found = problems(write("s.yaml", "name: x\nenvironment: {kind: search_qa}\njudge: {kind: llm}\n"))
+    assert found["environment.eval_data"].message.endswith("add eval_data: [<text>, ...]")
+    assert found["environment.retriever"].message.endswith(
+        "add retriever: {kind: bm25, corpus: <text>} (kind one of: bm25, http)"
+    )
+    assert found["judge.llm"].message == "required but missing; add llm: {model: <text>}"
+    assert one(write("t.yaml", "name: x\n")).message.endswith(
+        "add environment: {kind: twx} (kind one of: twx, alfworld, webshop, search_qa)"
+    )
 
 
 def test_missing_required_in_nested_kind(write):
@@ -118,8 +131,8 @@ def test_override_with_bad_value(write):
 
 
 def test_broken_defaults_reference(write):
-    issue = one(write("s.yaml", "defaults: [missing.yaml]\n" + GOOD))
-    assert issue.path == "defaults.0"
+    issue = one(write("s.yaml", "# a base\ndefaults: [missing.yaml]\n" + GOOD))
+    assert issue.path == "defaults.0" and issue.source.endswith("s.yaml:2")
     assert issue.message.startswith("base spec 'missing.yaml' not found")
 
 
@@ -127,8 +140,9 @@ def test_cyclic_defaults(write):
     write("a.yaml", "defaults: [b.yaml]\nname: a\n")
     path = write("b.yaml", "defaults: [a.yaml]\nname: b\n")
     issue = one(path)
-    assert issue.path == "defaults" and issue.message.startswith("cyclic defaults:")
-    assert "a.yaml -> " in issue.message and issue.message.count("b.yaml") == 2
+    assert issue.path == "defaults.0" and issue.message.startswith("cyclic defaults:")
+    assert "a.yaml -> " in issue.message and issue.message.count("b.yaml") == 3
+    assert issue.message.endswith("remove 'b.yaml' here") and issue.source.endswith("a.yaml:1")
 
 
 def test_contradictions_reported_together(write):
@@ -170,7 +184,25 @@ def test_non_mapping_top_level(write):
 
 def test_unresolvable_interpolation(write):
     issue = one(write("s.yaml", GOOD + "eval: {num_tasks: '${environment.nope}'}\n"))
-    assert issue.message.startswith("cannot resolve interpolation")
+    assert issue.message.startswith("cannot resolve ${environment.nope}: Interpolation key")
+    assert "${oc.env:NAME,default}" in issue.message and issue.source.endswith("s.yaml:3")
+
+
+def test_every_bad_interpolation_is_reported_with_its_line(write, monkeypatch):
+    monkeypatch.delenv("PATS_NOT_SET", raising=False)
+    found = problems(
+        write(
+            "s.yaml",
+            GOOD + "trainer:\n  steps: ${nope.a}\n  group_size: ${oc.env:PATS_NOT_SET}\n  seed_offset: 3\n",
+        ),
+        ["eval.num_tasks=${trainer.nothing}"],
+    )
+    assert {p: i.source.rsplit("/", 1)[-1] for p, i in found.items()} == {
+        "trainer.steps": "s.yaml:4",
+        "trainer.group_size": "s.yaml:5",
+        "eval.num_tasks": "override 'eval.num_tasks=${trainer.nothing}'",
+    }
+    assert "PATS_NOT_SET" in found["trainer.group_size"].message
 
 
 def test_yaml_cannot_construct_python_objects(write):
@@ -294,3 +326,11 @@ def test_the_verl_token_budgets_are_trainer_settings_and_the_old_place_says_so(w
     local = "trainer: {backend: local, max_prompt_tokens: 512}\n"
     issue = one(write("l.yaml", GOOD + local))
     assert issue.path == "trainer.max_prompt_tokens" and "backend verl only" in issue.message
+
+
+def test_a_malformed_interpolation_is_reported_with_its_line(write):
+    found = problems(write("s.yaml", GOOD + "trainer: {steps: '${trainer.'}\neval: {num_tasks: '${a b}'}\n"))
+    assert {p: i.source.rsplit("/", 1)[-1] for p, i in found.items()} == {
+        "trainer.steps": "s.yaml:3",
+        "eval.num_tasks": "s.yaml:4",
+    }

@@ -77,7 +77,9 @@ def test_validate_refuses_a_missing_bank_and_names_the_key(tmp_path, capsys):
     assert main(["validate", str(spec_path)]) == 2
     err = capsys.readouterr().err
     assert "scaffold.initial_bank" in err and str(tmp_path / "nowhere" / "bank.json") in err
-    assert "does not exist" in err
+    assert "does not exist" in err and f"[{spec_path}:2]" in err, "the line that names the file (issue 25)"
+    assert main(["validate", str(spec_path), "scaffold.initial_bank=elsewhere.json"]) == 2
+    assert "[override 'scaffold.initial_bank=elsewhere.json']" in capsys.readouterr().err
 
 
 def test_validate_refuses_a_bank_in_neither_format(tmp_path, capsys):

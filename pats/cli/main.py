@@ -44,11 +44,10 @@ def _validate_one(path: str, overrides: list[str]) -> str:
         load_rubric(path, Path(path).stem)
         return "judge rubric"
     from pats.llm_check import check_providers, unset_keys
-    from pats.spec import load_spec
-    from pats.spec.loader import missing_files
+    from pats.spec.loader import load_spec_sourced, missing_files
 
-    spec = load_spec(path, overrides)
-    missing = missing_files(spec)
+    spec, sources = load_spec_sourced(path, overrides)
+    missing = missing_files(spec, sources)
     if missing:
         raise SpecError(missing, file=path)
     if spec.scaffold.initial_bank:  # a bank in neither format is caught now, not at the run's start

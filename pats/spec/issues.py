@@ -62,7 +62,13 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
     if kind == "missing":
         field = parent.model_fields.get(str(path[-1])) if parent else None
         what = f" ({field.description})" if field is not None and field.description else ""
-        return f"required but missing{what}; add it"
+        if field is None:  # a missing section: `parent` is then the section's own model
+            return (
+                f"required but missing; add {path[-1]}: {_example(parent)}"
+                if path
+                else "required but missing"
+            )
+        return f"required but missing{what}; add {path[-1]}: {_example(field.annotation)}{_tags_note(field)}"
     if kind == "literal_error":
         allowed = ctx.get("expected", "").replace("'", "")
         return f"{_show(value)} is not allowed; write one of: {allowed}"
@@ -90,6 +96,31 @@ def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
         return f"{_show(value)} is too short; it must not be empty"
     msg = e["msg"].removeprefix("Value error, ")
     return msg if kind == "value_error" else f"{msg} (got {_show(value)})"
+
+
+def _example(tp: Any) -> str:
+    """A YAML value of type `tp` to show after `add key:`: a mapping with the required keys of a model
+    (the first kind of a union), a list, or a placeholder naming the type."""
+    choices = _model_choices(tp)
+    if choices:
+        tag, model = next(iter(choices.items()))
+        head = [f"{t}: {tag}" for t in ("kind", "backend") if t in model.model_fields]
+        needed = [f"{k}: {_example(f.annotation)}" for k, f in model.model_fields.items() if f.is_required()]
+        return "{" + ", ".join(head + needed) + "}"
+    inner = _unwrap(tp)
+    if typing.get_origin(inner) in (list, tuple):
+        return f"[{_example(_item_type(inner))}, ...]"
+    if typing.get_origin(inner) is typing.Literal:
+        return " | ".join(map(str, typing.get_args(inner)))
+    return {str: "<text>", int: "<whole number>", float: "<number>", bool: "true"}.get(inner, "<value>")
+
+
+def _tags_note(field: Any) -> str:
+    choices = _model_choices(field.annotation)
+    if len(choices) < 2:
+        return ""
+    tag = "backend" if any("backend" in m.model_fields for m in choices.values()) else "kind"
+    return f" ({tag} one of: {', '.join(choices)})"
 
 
 def _other_kinds_with(path: list, key: str, parent: type[BaseModel] | None) -> list[str]:

@@ -85,6 +85,14 @@ class _Layer:
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec:
     """Load, merge, interpolate, override and validate one spec file."""
+    return load_spec_sourced(path, overrides)[0]
+
+
+def load_spec_sourced(
+    path: str | Path, overrides: Sequence[str] = ()
+) -> tuple[ExperimentSpec, dict[str, str]]:
+    """`load_spec`, and where each file the spec reads was named (`scaffold.initial_bank` -> 'a.yaml:8'),
+    for `missing_files` to point at the line."""
     path = Path(path)
     layers = _file_layers(path, chain=())
     if overrides:
@@ -93,12 +101,17 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec
     origin: dict[tuple, _Layer] = {}
     for layer in layers:
         merged = _merge(merged, layer.data, (), origin, layer)
-    resolved = _anchor_files(_move_keys(_resolve(merged, str(path)), origin), origin)
+    resolved = _anchor_files(_move_keys(_resolve(merged, str(path), origin), origin), origin)
     leaks = secret_leaks(resolved, ())
     if leaks:  # before validation: its messages would quote the value
         raise SpecError([_with_source(i, origin) for i in leaks], file=str(path))
+    sources = {
+        where: _with_source(SpecIssue(where, ""), origin).source
+        for key, parent in _file_slots(resolved)
+        for where in _file_paths(key, parent[key[-1]])
+    }
     try:
-        return ExperimentSpec.model_validate(resolved)
+        return ExperimentSpec.model_validate(resolved), sources
     except ValidationError as err:
         issues = issues_from_validation(err, resolved)
         raise SpecError([_with_source(i, origin) for i in issues], file=str(path)) from None
@@ -142,9 +155,6 @@ def _file_layers(path: Path, chain: tuple[Path, ...], count: list[int] | None = 
             )
         )
     resolved = path.resolve()
-    if resolved in chain:
-        cycle = " -> ".join(str(p) for p in (*chain, resolved))
-        raise SpecError(SpecIssue("defaults", f"cyclic defaults: {cycle}; remove one of these references"))
     data, lines = _read_yaml(path)
     bases = data.pop("defaults", [])
     if isinstance(bases, str):
@@ -160,14 +170,21 @@ def _file_layers(path: Path, chain: tuple[Path, ...], count: list[int] | None = 
     layers: list[_Layer] = []
     for i, base in enumerate(bases):
         base_path = path.parent / base
+        line = lines.get(("defaults", i)) or lines.get(("defaults",))
+        where = f"{path}:{line}" if line else str(path)
         if not _is_file(base_path):
             raise SpecError(
                 SpecIssue(
                     f"defaults.{i}",
                     f"base spec '{base}' not found (looked for {base_path}); paths in defaults are "
                     "relative to the file that lists them",
-                    str(path),
+                    where,
                 )
+            )
+        if base_path.resolve() in (*chain, resolved):
+            cycle = " -> ".join(str(p) for p in (*chain, resolved, base_path.resolve()))
+            raise SpecError(
+                SpecIssue(f"defaults.{i}", f"cyclic defaults: {cycle}; remove '{base}' here", where)
             )
         layers.extend(_file_layers(base_path, (*chain, resolved), count))
     layers.append(_Layer(str(path), data, lines, directory=path.parent))
@@ -384,7 +401,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 30 else text[:27] + "..."
 
 
-def _resolve(merged: dict, file: str) -> dict:
+def _resolve(merged: dict, file: str, origin: dict[tuple, _Layer]) -> dict:
     try:
         size = resolved_size(merged)
     except SpecError as err:
@@ -405,9 +422,57 @@ def _resolve(merged: dict, file: str) -> dict:
             SpecIssue("", "interpolations refer to values that refer on too deeply"), file=file
         ) from None
     except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", "") or ""
-        msg = str(err).splitlines()[0]
-        raise SpecError(SpecIssue(key, f"cannot resolve interpolation: {msg}"), file=file) from None
+        issues = _interpolation_issues(merged) or [
+            SpecIssue(getattr(err, "full_key", "") or "", f"cannot resolve interpolation: {_first_line(err)}")
+        ]
+        raise SpecError([_with_source(i, origin) for i in issues], file=file) from None
+
+
+INTERPOLATION_HINT = (
+    "write ${section.key} for another value of the spec, ${oc.env:NAME,default} for an environment "
+    "variable, or ${data:PATH} for a file under the data root"
+)
+
+
+def _interpolation_issues(merged: dict) -> list[SpecIssue]:
+    """Every value whose `${...}` does not resolve, not only the first one OmegaConf meets."""
+    try:
+        cfg: Any = OmegaConf.create(merged)
+    except OmegaConfBaseException:  # a malformed `${`: find each such value on its own
+        cfg = None
+    issues = []
+    for path, value in _leaves(merged, ()):
+        if not (isinstance(value, str) and "${" in value):
+            continue
+        node: Any = cfg
+        try:
+            if cfg is None:
+                OmegaConf.create({"value": value})  # parses the interpolation, resolves nothing
+            for part in path if cfg is not None else ():
+                node = node[part]  # reading a value resolves it
+        except RecursionError:
+            issues.append(
+                SpecIssue(".".join(map(str, path)), "interpolations refer to values that refer on too deeply")
+            )
+        except OmegaConfBaseException as err:
+            issues.append(
+                SpecIssue(
+                    ".".join(map(str, path)),
+                    f"cannot resolve {_short(value)}: {_first_line(err)}; {INTERPOLATION_HINT}",
+                )
+            )
+    return issues
+
+
+def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _leaves(item, (*path, i))
+    else:
+        yield path, value
 
 
 def _file_slots(data: dict) -> Iterator[tuple[tuple, dict]]:
@@ -434,16 +499,26 @@ def _anchor_files(resolved: dict, origin: dict[tuple, _Layer]) -> dict:
     return resolved
 
 
-def missing_files(spec: ExperimentSpec) -> list[SpecIssue]:
+def _file_paths(key: tuple, value: Any) -> list[str]:
+    """The dotted paths of one `FILE_KEYS` value: the key, or key.<i> for each item of a list."""
+    dotted = ".".join(key)
+    return [f"{dotted}.{i}" for i in range(len(value))] if isinstance(value, list) else [dotted]
+
+
+def missing_files(spec: ExperimentSpec, sources: dict[str, str] | None = None) -> list[SpecIssue]:
     """One issue per `FILE_KEYS` value that names no existing file or folder (`pats validate`, and
-    `pats run` before it loads a model)."""
+    `pats run` before it loads a model); `sources` (from `load_spec_sourced`) adds file and line."""
     issues = []
     for key, parent in _file_slots(spec.model_dump(mode="json")):
         value = parent[key[-1]]
-        for i, path in enumerate([value] if isinstance(value, str) else value):
+        values = [value] if isinstance(value, str) else list(value)
+        for where, path in zip(_file_paths(key, value), values, strict=True):
             if not Path(path).exists():
-                where = ".".join(key) + (f".{i}" if isinstance(value, list) else "")
-                issues.append(SpecIssue(where, f"{path} does not exist; {_missing_hint(path)}"))
+                issues.append(
+                    SpecIssue(
+                        where, f"{path} does not exist; {_missing_hint(path)}", (sources or {}).get(where, "")
+                    )
+                )
     return issues
 
 
