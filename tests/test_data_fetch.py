@@ -222,3 +222,14 @@ def test_an_unknown_data_set_names_the_known_ones(tmp_path):
         PrerequisiteError, match="unknown data set.*webshop.*known: alfworld, search_qa, skillrl"
     ):
         fetch(["webshop"], tmp_path)
+
+
+def test_an_unreachable_source_says_so_and_leaves_nothing(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(PrerequisiteError, match="failed .*check the connection, or download from a mirror"):
+        fetch(["skillrl"], tmp_path, f"http://127.0.0.1:{port}")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []

@@ -58,7 +58,7 @@ def fetch_file(file: DataFile, root: Path, mirror: str | None, say: Callable[[st
     if url is None:  # a file only the archive holds; fetch() takes the archive instead
         raise PrerequisiteError(f"{file.path} has no public source of its own; fetch it from a mirror")
     target.parent.mkdir(parents=True, exist_ok=True)
-    say(f"get  {url} ({file.size / 1e6:.1f} MB)")
+    say(f"get  {url} ({_size(file.size)})")
     download(url, target, file.sha256)
     say(f"ok   {target}")
     return target
@@ -102,9 +102,13 @@ def stream(url: str, part: Path) -> None:
             return stream(url, part)
         raise PrerequisiteError(f"downloading {url} failed: HTTP {err.code} {err.reason}") from None
     except (urllib.error.URLError, HTTPException, OSError) as err:
+        again = (
+            f"run the command again to resume from {part}"
+            if part.is_file() and part.stat().st_size
+            else "check the connection, or download from a mirror with --mirror URL"
+        )
         raise PrerequisiteError(
-            f"downloading {url} failed ({getattr(err, 'reason', None) or err}); run the command again to "
-            f"resume from {part}"
+            f"downloading {url} failed ({getattr(err, 'reason', None) or err}); {again}"
         ) from None
     if expected is not None and written < expected:
         raise PrerequisiteError(
@@ -116,6 +120,10 @@ def stream(url: str, part: Path) -> None:
 def _expected_bytes(response, offset: int) -> int | None:
     length = response.headers.get("Content-Length")
     return offset + int(length) if length and length.isdigit() else None
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
 
 
 def sha256_of(path: Path) -> str:
