@@ -14,8 +14,10 @@ than `MAX_DEPTH` or larger than `MAX_NODES` once expanded, `defaults:` may pull 
 `MAX_FILES` files, and no resolved value may hold the value of an environment variable that looks
 like a secret (`${oc.env:OPENAI_API_KEY}` would copy the key into spec.yaml and the W&B config).
 
-`${data:<path>}` is a path under the data root: $PATS_DATA, else ~/.cache/pats/data, where `pats data
-fetch` puts the data sets; shipped specs name their data this way. Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names them, as `defaults:`
+`${data:<path>}` is a path under the data root ($PATS_DATA, else ~/.cache/pats/data: see
+pats.spec.interpolation), where `pats data fetch` puts the data sets the shipped specs read.
+
+Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names them, as `defaults:`
 are, or to the working directory when an override names them, and the loaded spec holds them as
 absolute paths: a run directory's spec.yaml, `--resume` and `pats export` find the same file from any
 directory. (Outputs such as `logging.root` stay relative to where `pats run` is started.)
@@ -36,6 +38,7 @@ from pydantic import ValidationError
 
 from pats.errors import SpecError, SpecIssue, SpecNotice
 from pats.places import data_root
+from pats.spec.interpolation import interpolation_issues
 from pats.spec.issues import issues_from_validation
 from pats.spec.models import ExperimentSpec
 from pats.spec.untrusted import MAX_CHARS, MAX_DEPTH, check_shape, odd_values, resolved_size, secret_leaks
@@ -55,9 +58,6 @@ MOVED_KEYS = {
     ("policy", "max_prompt_tokens"): ("trainer", "max_prompt_tokens"),  # verl's data lengths (issue 16)
     ("policy", "max_response_tokens"): ("trainer", "max_response_tokens"),
 }
-OmegaConf.register_new_resolver(  # `${data:qa/nq/test.jsonl}`: a file under the data root ($PATS_DATA)
-    "data", lambda relative="": str(data_root() / str(relative)), replace=True
-)
 MAX_FILES = 64  # files a spec may pull in through `defaults:`, counting repeats
 # `${a.b}`, `${.a}`, `${..a[0]}` and `${oc.select:a.b}`: references to other values of the spec.
 # Environment variables whose values must never end up in a spec (names like OPENAI_API_KEY, HF_TOKEN).
@@ -422,57 +422,10 @@ def _resolve(merged: dict, file: str, origin: dict[tuple, _Layer]) -> dict:
             SpecIssue("", "interpolations refer to values that refer on too deeply"), file=file
         ) from None
     except OmegaConfBaseException as err:
-        issues = _interpolation_issues(merged) or [
+        issues = interpolation_issues(merged) or [
             SpecIssue(getattr(err, "full_key", "") or "", f"cannot resolve interpolation: {_first_line(err)}")
         ]
         raise SpecError([_with_source(i, origin) for i in issues], file=file) from None
-
-
-INTERPOLATION_HINT = (
-    "write ${section.key} for another value of the spec, ${oc.env:NAME,default} for an environment "
-    "variable, or ${data:PATH} for a file under the data root"
-)
-
-
-def _interpolation_issues(merged: dict) -> list[SpecIssue]:
-    """Every value whose `${...}` does not resolve, not only the first one OmegaConf meets."""
-    try:
-        cfg: Any = OmegaConf.create(merged)
-    except OmegaConfBaseException:  # a malformed `${`: find each such value on its own
-        cfg = None
-    issues = []
-    for path, value in _leaves(merged, ()):
-        if not (isinstance(value, str) and "${" in value):
-            continue
-        node: Any = cfg
-        try:
-            if cfg is None:
-                OmegaConf.create({"value": value})  # parses the interpolation, resolves nothing
-            for part in path if cfg is not None else ():
-                node = node[part]  # reading a value resolves it
-        except RecursionError:
-            issues.append(
-                SpecIssue(".".join(map(str, path)), "interpolations refer to values that refer on too deeply")
-            )
-        except OmegaConfBaseException as err:
-            issues.append(
-                SpecIssue(
-                    ".".join(map(str, path)),
-                    f"cannot resolve {_short(value)}: {_first_line(err)}; {INTERPOLATION_HINT}",
-                )
-            )
-    return issues
-
-
-def _leaves(value: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, (*path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _leaves(item, (*path, i))
-    else:
-        yield path, value
 
 
 def _file_slots(data: dict) -> Iterator[tuple[tuple, dict]]:
