@@ -233,3 +233,19 @@ def test_an_unreachable_source_says_so_and_leaves_nothing(tmp_path):
     with pytest.raises(PrerequisiteError, match="failed .*check the connection, or download from a mirror"):
         fetch(["skillrl"], tmp_path, f"http://127.0.0.1:{port}")
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_list_says_what_alfworld_specs_read_and_finds_the_unpacked_games(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATS_DATA", str(tmp_path))
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    specs = ["experiments/alfworld/local.yaml", "experiments/alfworld/pats.yaml"]
+    assert main(["data", "list", *specs]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"local.yaml +alfworld +missing +alfworld\n", out)
+    assert re.search(r"pats.yaml +- +missing +\$ALFWORLD_DATA \(unset\): run alfworld-download", out)
+    assert out.rstrip().endswith("fetch what is missing: pats data fetch alfworld")
+    (tmp_path / "alfworld" / "json_2.1.1" / "valid_seen").mkdir(parents=True)  # as fetched from GitHub
+    assert main(["data", "list", *specs]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"alfworld +6.4 MB +found", out) and re.search(r"local.yaml +alfworld +found", out)
