@@ -22,13 +22,19 @@ def repo() -> Path:
 def shared_data() -> Path:
     """The data root of the tests: $PATS_DATA, else ../shared/data beside the checkout (`.ci/run` sets
     PATS_DATA to it). Without it a test skips, saying why; under CI (CI=true) it fails instead."""
+    from pats.data import DATASETS
+
     path = Path(os.environ.get("PATS_DATA") or REPO.parent / "shared" / "data").absolute()
-    if not path.is_dir():
+    missing = [d.name for d in DATASETS if not all((path / f.path).is_file() for f in d.files)]
+    if missing:
         if os.environ.get("CI"):
-            pytest.fail(f"shared data missing at {path}: CI must run with ../shared beside the checkout")
+            pytest.fail(
+                f"shared data missing at {path} ({', '.join(missing)}): CI runs with ../shared beside the checkout"
+            )
         pytest.skip(
-            f"needs the data sets at {path}: set PATS_DATA to a folder `pats data fetch` filled "
-            "(see docs/environments.md), or put ../shared/data beside the checkout"
+            f"needs the data sets {', '.join(missing)} at {path}: set PATS_DATA to a folder filled by "
+            f"`pats data fetch {' '.join(missing)}` (the tests read ALFWorld's tarballs, which come from a "
+            "--mirror; see docs/environments.md), or put ../shared/data beside the checkout"
         )
     return path
 

@@ -6,6 +6,7 @@ is checked here."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import tarfile
 import threading
@@ -197,6 +198,8 @@ def test_the_cli_fetches_into_pats_data_and_the_spec_then_validates(mirror, tmp_
 def test_the_catalog_matches_the_shared_data_and_its_sources(shared_data):
     """Every file's sha256 and size are those of ../shared/data, and its public URL is raw GitHub at a
     commit SOURCES.md names (the URLs themselves cannot be reached from CI)."""
+    if not (shared_data / "SOURCES.md").is_file() and not os.environ.get("CI"):
+        pytest.skip(f"{shared_data} is a data root without the project's SOURCES.md and SHA256SUMS")
     sums = dict(
         reversed(line.split("  ./")) for line in (shared_data / "SHA256SUMS").read_text().splitlines() if line
     )
