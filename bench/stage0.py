@@ -42,7 +42,7 @@ GUIDED = ("expert", "control", "family")
 PASS = {"none_max": 0.10, "expert_min": 0.25, "expert_minus_control": 0.10, "gap_min": 0.2}
 
 
-def variant_spec(name: str, temperature: float, placement: str):
+def variant_spec(name: str, temperature: float, placement: str, threads: int | None = None):
     from pats.spec.models import ExperimentSpec
 
     setting, turns = VARIANTS[name]
@@ -50,6 +50,7 @@ def variant_spec(name: str, temperature: float, placement: str):
     data["environment"]["max_turns"] = turns
     data["policy"]["temperature"] = temperature
     data["scaffold"]["placement"] = placement
+    data["trainer"]["threads"] = threads
     return ExperimentSpec.model_validate(data)
 
 
@@ -70,7 +71,7 @@ def run(args) -> None:
 
 
 async def play(args, name, temperature, placement, todo, ids) -> None:
-    probe = Probe(VARIANTS[name][0], args, spec=variant_spec(name, temperature, placement))
+    probe = Probe(VARIANTS[name][0], args, spec=variant_spec(name, temperature, placement, args.threads))
     try:
         for kind in todo:
             result = await probe.cell(kind)
@@ -139,6 +140,8 @@ def main(argv=None) -> None:
     p.add_argument("--probe-offset", type=int, default=500, help="first probe game in the train fold")
     p.add_argument("--sources", type=int, default=8, help="other training games the family card comes from")
     p.add_argument("--group", type=int, default=4, help="(the rules guidance's group size; unused here)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (1 on a machine shared with other jobs: 2 threads there run far slower)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
     args = p.parse_args(argv)
     if not args.report_only:
