@@ -287,17 +287,33 @@ def test_an_override_whose_value_names_a_yaml_file_is_an_override(write, capsys,
 def test_a_verl_episode_that_cannot_fit_its_response_budget_is_refused_with_the_numbers(write):
     spec = (
         "name: x\nenvironment: {kind: alfworld, max_turns: 50}\n"
-        "policy: {action: generate, max_new_tokens: 256}\ntrainer: {backend: verl, max_response_tokens: 4096}\n"
+        "policy: {action: generate, max_new_tokens: 256}\ntrainer: {backend: verl, max_response_tokens: 16384}\n"
     )
     issue = one(write("s.yaml", spec))
     assert issue.path == "trainer.max_response_tokens"
-    assert "50 turns of alfworld" in issue.message and "12400" in issue.message and "4096" in issue.message
-    assert (
-        "raise max_response_tokens to at least" in issue.message
-        and "lower environment.max_turns" in issue.message
+    # The policy's outputs count: 50 x (256 + 1) + 49 x 248 = 25002; observations alone (12400) fit.
+    assert "50 turns of alfworld" in issue.message and "25002" in issue.message and "16384" in issue.message
+    assert "raise trainer.max_response_tokens to at least 25002" in issue.message
+    assert "lower policy.max_new_tokens to 83" in issue.message  # 50 x 84 + 49 x 248 = 16352 fits
+    assert "lower environment.max_turns to 32" in issue.message  # 32 x 257 + 31 x 248 = 15912 fits
+    assert load_spec(write("r.yaml", spec.replace("16384", "25002"))).trainer.max_response_tokens == 25002
+    assert load_spec(write("n.yaml", spec.replace("256", "83"))).policy.max_new_tokens == 83
+    short = load_spec(write("t.yaml", spec.replace("max_turns: 50", "max_turns: 32")))
+    assert short.environment.max_turns == 32
+    too_long = spec.replace("max_turns: 50", "max_turns: 33")
+    assert one(write("u.yaml", too_long)).path == "trainer.max_response_tokens"
+
+
+def test_a_verl_prompt_that_cannot_hold_the_scaffold_view_and_first_observation_is_refused(write):
+    spec = (
+        "name: x\nenvironment: {kind: twx, max_turns: 2}\nscaffold: {budget: {view_tokens: 400}}\n"
+        "policy: {action: generate, max_new_tokens: 16}\ntrainer: {backend: verl, max_prompt_tokens: 512}\n"
     )
-    fits = spec.replace("max_response_tokens: 4096", "max_response_tokens: 16384")
-    assert load_spec(write("ok.yaml", fits)).trainer.max_response_tokens == 16384
+    issue = one(write("s.yaml", spec))
+    assert issue.path == "trainer.max_prompt_tokens" and "580 tokens" in issue.message  # 400 + 180
+    assert "cuts a longer prompt from the left" in issue.message and "at least 836" in issue.message
+    no_scaffold = spec.replace("scaffold: {budget: {view_tokens: 400}}", "scaffold: {mode: none}")
+    assert load_spec(write("none.yaml", no_scaffold)).scaffold.mode == "none"  # no view to hold
 
 
 def test_verl_refuses_a_history_window_and_local_leaves_it_to_the_environment(write):

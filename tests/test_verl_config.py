@@ -45,7 +45,7 @@ def test_alfworld_specs_compose_and_pass_validate_config(name, tmp_path):
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "grpo"
     assert (arr.rollout.n, cfg.data.train_batch_size) == (8, 16)
-    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (2048, 16384)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (2048, 25600)
     assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.01
     assert arr.actor.optim.lr == 1.0e-6
     assert arr.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and arr.model.lora_rank == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -73,6 +74,7 @@ class SmolServer:
         self.model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(EMBEDDED_POLICY)).eval()
         self.lock = threading.Lock()
         self.calls: dict[str, list[tuple[list[int], list[int], int]]] = {}
+        self.logprobs: dict[str, list[float]] = {}  # per request, every turn's log-probs in order
 
     def _generate(self, prompt_ids: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
         with self.lock, torch.no_grad():
@@ -94,6 +96,7 @@ class SmolServer:
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
         ids, logps = await asyncio.to_thread(self._generate, list(prompt_ids), sampling_params["max_tokens"])
         self.calls.setdefault(request_id, []).append((list(prompt_ids), ids, sampling_params["max_tokens"]))
+        self.logprobs.setdefault(request_id, []).extend(logps)
         return TokenOutput(token_ids=ids, log_probs=logps, stop_reason="completed")
 
 
@@ -165,7 +168,7 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
         mask = out.batch["response_mask"][i, :valid].tolist()
         assert out.batch["response_mask"][i, valid:].sum() == 0
         # The policy's own tokens (mask 1) are exactly what the server generated, turn after turn.
-        request = next(c for c in smol.calls.values() if c[0][0] == prompt)
+        request_id, request = next((r, c) for r, c in smol.calls.items() if c[0][0] == prompt)
         generated = [t for _, ids, _ in request for t in ids]
         assert [t for t, m in zip(response, mask, strict=True) if m] == generated[: sum(mask)]
         assert all(max_tokens <= MAX_NEW for _, _, max_tokens in request)  # per-turn max_tokens
@@ -181,9 +184,14 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
         # Each later turn's prompt is the previous one plus its tokens: nothing was re-tokenized.
         for (p0, ids0, _), (p1, _, _) in zip(request, request[1:], strict=False):
             assert p1[: len(p0) + len(ids0)] == p0 + ids0
-        # Log-probs ride along on policy tokens, 0 on environment tokens.
+        # Log-probs ride along: on policy tokens exactly the server's, in order (finite, negative, and
+        # not all zero: a greedy token's log-prob can round to 0.0, so they are matched, not filtered),
+        # on environment tokens 0.
         logps = out.batch["rollout_log_probs"][i, :valid].tolist()
-        assert all((lp == 0.0) == (m == 0) for lp, m in zip(logps, mask, strict=True) if lp != 0.0 or m == 0)
+        policy_logps = [lp for lp, m in zip(logps, mask, strict=True) if m]
+        assert policy_logps == pytest.approx(smol.logprobs[request_id][: sum(mask)], abs=1e-6)
+        assert all(math.isfinite(lp) and lp <= 0.0 for lp in policy_logps) and sum(policy_logps) < -1.0
+        assert all(lp == 0.0 for lp, m in zip(logps, mask, strict=True) if not m)
         # The reward sits on the last response token (0: SmolLM2 does not win these games greedily).
         assert float(out.batch["rm_scores"][i].sum()) == float(out.batch["rm_scores"][i, valid - 1])
     # The service got every training trajectory; the step is complete, so its review ran.
@@ -269,34 +277,66 @@ async def test_a_scaffold_placed_in_the_turn_stands_before_every_turns_actions(t
         assert "- Look first." in user and user.index(HEADER) < user.index("Admissible actions:"), user
 
 
-class LookingServer(ExpertServer):
-    """`look` for the first `looks` turns, then the game's walkthrough: a long episode that still wins."""
+class LongWindedServer:
+    """A policy that writes its whole allowance every turn: `look` for the first `looks` turns, then
+    the game's walkthrough. Odd turns name the action, then ramble on until they are cut at max_tokens
+    (no end-of-turn token: the loop closes the turn); even turns ramble first and close with the action
+    and the end-of-turn token, exactly max_tokens tokens in all."""
 
     def __init__(self, tokenizer, plan: list[str], looks: int):
-        super().__init__(tokenizer, ["look"] * looks + plan)
+        self.tokenizer, self.plan, self.turns = tokenizer, ["look"] * looks + plan, {}
+        self.max_tokens: list[int] = []
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
+        k = self.turns[request_id] = self.turns.get(request_id, -1) + 1
+        limit = sampling_params["max_tokens"]
+        self.max_tokens.append(limit)
+        action = self._ids(f"<action>{self.plan[k]}</action>")
+        ramble = self._ids(" I should check what is around me before I move on to the next thing." * 40)
+        if k % 2:
+            ids = (action + ramble)[:limit]
+        else:
+            ids = ramble[: limit - len(action) - 1] + action + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
 
 
-async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
-    tmp_path, tmp_path_factory, monkeypatch, shared_data
+async def test_a_full_length_alfworld_episode_fits_the_shipped_budget_and_wins(
+    tmp_path, tmp_path_factory, monkeypatch, shared_data, repo
 ):
-    """The shipped ALFWorld budget arithmetic on a real game: 26 harmless turns, then the walkthrough."""
+    """The shipped ALFWorld spec's budget (max_turns, max_new_tokens, max_prompt/response_tokens) on
+    a real game, with a policy that writes all max_new_tokens every turn: max_turns - len(plan)
+    harmless `look`s, then the walkthrough, won on the last turn with nothing cut."""
     tarball = shared_data / "alfworld" / "json_2.1.1_valid_seen.tar.xz"
     # The same cache folder as the ALFWorld tests, so the tarball is unpacked once per session.
     monkeypatch.setenv("PATS_CACHE", str(tmp_path_factory.getbasetemp() / "pats-cache"))
-    turns = 40
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(
-        "name: verl-alfworld\n"
-        f"environment: {{kind: alfworld, data_dir: {tarball}, train_split: valid_seen, eval_split: valid_seen,\n"
-        f"  task_types: [pick_and_place_simple], num_train_tasks: 1, num_eval_tasks: 1, max_turns: {turns}}}\n"
-        "policy: {max_new_tokens: 32}\n"
-        "scaffold: {probe_fraction: 0.5}\n"
-        f"trainer: {{backend: verl, max_prompt_tokens: 2048, max_response_tokens: {turns * 300},\n"
-        "  tasks_per_step: 1, group_size: 2, gpus_per_node: 1,\n"
-        "  rollout_engine: sglang, micro_batch_per_gpu: 1}\n"
-        f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}\n"
+    shipped = load_spec(repo / "experiments/alfworld/pats.yaml", [f"environment.data_dir={tarball}"])
+    overrides = [
+        f"environment.data_dir={tarball}",
+        "environment.train_split=valid_seen",
+        "environment.task_types=[pick_and_place_simple]",
+        "environment.num_train_tasks=1",
+        "environment.num_eval_tasks=1",
+        f"policy.model={EMBEDDED_POLICY}",  # its tokenizer stands in for Qwen's (no download)
+        "trainer.gpus_per_node=1",
+        "trainer.rollout_engine=sglang",  # verl's config checks pass on a CPU machine with sglang only
+        "trainer.micro_batch_per_gpu=1",
+        "trainer.tasks_per_step=1",
+        "trainer.group_size=2",
+        "scaffold.probe_fraction=0.5",
+        f"logging.root={tmp_path / 'runs'}",
+        "logging.wandb=disabled",
+    ]
+    spec = load_spec(repo / "experiments/alfworld/pats.yaml", overrides)
+    tr, turns, max_new = spec.trainer, spec.environment.max_turns, spec.policy.max_new_tokens
+    assert (turns, max_new, tr.max_prompt_tokens, tr.max_response_tokens) == (
+        shipped.environment.max_turns,
+        shipped.policy.max_new_tokens,
+        shipped.trainer.max_prompt_tokens,
+        shipped.trainer.max_response_tokens,
     )
-    spec = load_spec(spec_path)
     cfg = compose(write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False))
     from pats.envs.alfworld.env import AlfworldEnv
 
@@ -307,17 +347,24 @@ async def test_a_30_turn_alfworld_episode_fits_its_budget_and_wins(
     service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
     monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
     worker = AgentLoopWorker(cfg, None)
-    looks = 30 - len(plan)
-    worker.llm_client = LookingServer(worker.tokenizer, plan, looks)
+    looks = turns - len(plan)
+    worker.llm_client = server = LongWindedServer(worker.tokenizer, plan, looks)
 
     out = await worker.generate_sequences(proto(task_rows([task], "alfworld", validation=True)))
 
-    assert list(out.non_tensor_batch["turns"]) == [float(looks + len(plan))] and looks + len(plan) >= 30
+    assert list(out.non_tensor_batch["turns"]) == [float(turns)]
     assert list(out.non_tensor_batch["success"]) == [1.0] and list(out.non_tensor_batch["truncated"]) == [0.0]
-    prompt_len = int(out.batch["attention_mask"][0, :2048].sum())
-    valid = int(out.batch["attention_mask"][0, 2048:].sum())
-    assert prompt_len < 2048 and valid < spec.trainer.max_response_tokens, "nothing was cut"
+    assert list(out.non_tensor_batch["invalid_actions"]) == [0.0]  # every long output was read
+    assert server.max_tokens == [max_new] * turns, "the budget never shortened a turn"
+    prompt, response = tr.max_prompt_tokens, tr.max_response_tokens
+    prompt_len = int(out.batch["attention_mask"][0, :prompt].sum())
+    valid = int(out.batch["attention_mask"][0, prompt:].sum())
+    assert prompt_len < prompt and valid < response, "nothing was cut"
+    # The observations alone (~50 x 248, what the old check counted) fit 16384; the episode does not.
+    assert valid > 16384
     mask = out.batch["response_mask"][0, :valid].tolist()
-    runs = 1 + sum(a != b for a, b in zip(mask, mask[1:], strict=False))
-    assert runs == 2 * (looks + len(plan)) - 1 and mask[0] == 1 and mask[-1] == 1
+    logps = out.batch["rollout_log_probs"][0, :valid].tolist()
+    # Every output's max_new tokens are the policy's (mask 1), plus a closing token (mask 0) when cut.
+    assert sum(mask) == turns * max_new
+    assert all((lp == -0.5) == (m == 1) for lp, m in zip(logps, mask, strict=True))
     assert float(out.batch["rm_scores"][0, valid - 1]) == 1.0 == float(out.batch["rm_scores"][0].sum())

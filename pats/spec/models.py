@@ -13,6 +13,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pats.spec.base import SpecModel, tag_or_default
+from pats.spec.budget import budget_issues
 from pats.spec.environments import EnvironmentSpec
 from pats.spec.providers import default_key_env, key_mismatch
 
@@ -453,21 +454,7 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     if spec.policy.action == "score" and tr.backend == "verl":
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
-    if tr.backend == "verl":
-        env, pol = spec.environment, spec.policy
-        need = env.max_turns * env.TURN_TOKENS
-        if need > tr.max_response_tokens:
-            out.append(
-                (
-                    "trainer.max_response_tokens",
-                    f"verl keeps an episode as one chat: {env.max_turns} turns of {env.kind} take about "
-                    f"{env.TURN_TOKENS} tokens each before the policy writes anything ({need} in all; "
-                    f"bench/turn_tokens.py), more than max_response_tokens {tr.max_response_tokens}, so "
-                    "episodes would be cut and their reward lost; raise max_response_tokens to at least "
-                    f"{need + env.max_turns * min(pol.max_new_tokens, 64)} or lower environment.max_turns to "
-                    f"{max(1, tr.max_response_tokens // (env.TURN_TOKENS + min(pol.max_new_tokens, 64)))}",
-                )
-            )
+    out += budget_issues(spec)  # verl: the episode (outputs and observations) fits its budgets
     if tr.backend == "verl" and spec.environment.history_window is not None:
         out.append(
             (

@@ -1,0 +1,104 @@
+"""Token budgets of a verl spec: what one episode puts into verl's prompt and response.
+
+verl trains one token sequence per episode, so pats' verl loop plays an episode as one growing chat:
+the first prompt (system: instructions, task, scaffold view; user: the first observation) must fit
+`trainer.max_prompt_tokens`, and everything after it fits `trainer.max_response_tokens`: per turn the
+policy's output (up to `policy.max_new_tokens`, plus the one end-of-turn token the loop adds to a turn
+cut at that limit) and, between turns, the next observation (`TURN_TOKENS` of the environment: the
+90th percentile along expert episodes plus the chat markers, bench/turn_tokens.py). A policy that
+writes its whole allowance every turn must still fit: otherwise the loop ends the episode early
+(truncated) and its reward is lost. No history window applies (verl refuses `history_window`); the
+local backend cuts nothing, so it has no token budget to check.
+
+The prompt check is a lower bound: the scaffold view and the first observation are counted, the
+instructions and task text (a few hundred tokens at most) are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pats.spec.models import ExperimentSpec
+
+CLOSE_TOKENS = 1  # the end-of-turn token the verl loop appends to a turn cut at max_new_tokens
+
+
+@dataclass(frozen=True)
+class EpisodeBudget:
+    """The most tokens one verl episode of a spec can take, by part."""
+
+    turns: int
+    action_tokens: int  # per turn: policy.max_new_tokens + CLOSE_TOKENS
+    observation_tokens: int  # per observation after the first prompt: the environment's TURN_TOKENS
+    view_tokens: int  # the scaffold view in the first prompt (0 without a scaffold)
+
+    @property
+    def response(self) -> int:
+        """max_turns outputs and the max_turns - 1 observations between them."""
+        return self.turns * self.action_tokens + (self.turns - 1) * self.observation_tokens
+
+    @property
+    def prompt(self) -> int:
+        """The scaffold view and the first observation (instructions and task come on top)."""
+        return self.view_tokens + self.observation_tokens
+
+    def max_new_tokens_within(self, response_tokens: int) -> int:
+        """The largest policy.max_new_tokens whose episodes fit `response_tokens` (0: none does)."""
+        room = response_tokens - (self.turns - 1) * self.observation_tokens
+        return max(0, room // self.turns - CLOSE_TOKENS)
+
+    def turns_within(self, response_tokens: int) -> int:
+        """The most turns that fit `response_tokens` at this spec's output length (at least 1)."""
+        per_turn = self.action_tokens + self.observation_tokens  # the last turn has no observation after it
+        return max(1, (response_tokens + self.observation_tokens) // per_turn)
+
+
+def episode_budget(spec: ExperimentSpec) -> EpisodeBudget:
+    env = spec.environment
+    return EpisodeBudget(
+        turns=env.max_turns,
+        action_tokens=spec.policy.max_new_tokens + CLOSE_TOKENS,
+        observation_tokens=env.TURN_TOKENS,
+        view_tokens=0 if spec.scaffold.mode == "none" else spec.scaffold.budget.view_tokens,
+    )
+
+
+def budget_issues(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """(YAML path, message) for each verl token budget the spec's episodes can overrun."""
+    tr, env = spec.trainer, spec.environment
+    if tr.backend != "verl":
+        return []
+    b = episode_budget(spec)
+    out = []
+    if b.response > tr.max_response_tokens:
+        fixes = [f"raise trainer.max_response_tokens to at least {b.response}"]
+        if b.max_new_tokens_within(tr.max_response_tokens) >= 1:
+            fixes.append(f"lower policy.max_new_tokens to {b.max_new_tokens_within(tr.max_response_tokens)}")
+        fixes.append(f"lower environment.max_turns to {b.turns_within(tr.max_response_tokens)}")
+        out.append(
+            (
+                "trainer.max_response_tokens",
+                f"verl keeps an episode as one chat: {b.turns} turns of {env.kind} take up to "
+                f"{b.action_tokens} tokens of the policy's output each (policy.max_new_tokens "
+                f"{spec.policy.max_new_tokens}, plus the token that closes a cut turn) and "
+                f"{b.turns - 1} observations of about {b.observation_tokens} tokens between them "
+                f"(bench/turn_tokens.py): {b.response} tokens, more than max_response_tokens "
+                f"{tr.max_response_tokens}, so a policy that writes long outputs is cut mid-episode "
+                f"and loses its reward; {', '.join(fixes[:-1])} or {fixes[-1]}",
+            )
+        )
+    if b.prompt > tr.max_prompt_tokens:
+        out.append(
+            (
+                "trainer.max_prompt_tokens",
+                f"the first prompt holds the scaffold view (scaffold.budget.view_tokens {b.view_tokens}) "
+                f"and the first {env.kind} observation (about {b.observation_tokens} tokens) before the "
+                f"instructions and the task: {b.prompt} tokens, more than max_prompt_tokens "
+                f"{tr.max_prompt_tokens}, and verl cuts a longer prompt from the left (the scaffold "
+                f"first); raise trainer.max_prompt_tokens to at least {b.prompt + 256} or lower "
+                "scaffold.budget.view_tokens",
+            )
+        )
+    return out
