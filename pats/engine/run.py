@@ -277,14 +277,18 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def check_inputs(spec: ExperimentSpec) -> None:
-    """Before anything is written or loaded: every file the spec names exists; LiteLLM knows each
-    LLM's provider, and each LLM the run calls answers one short request (see pats.llm_check), so a
+    """Before anything is written or loaded: every file the spec names exists; the local backend's
+    trainer.device exists on this machine; LiteLLM knows each LLM's provider, and each LLM the run calls answers one short request (see pats.llm_check), so a
     misconfigured one stops the run here instead of leaving every review to the rules reviser."""
     from pats.llm_check import check_providers, preflight
 
     missing = missing_files(spec)
     if missing:
         raise SpecError(missing)
+    if spec.trainer.backend == "local":
+        from pats.backends.local.device import require_device
+
+        require_device(spec.trainer)  # trainer.device: cuda on a machine without one stops here
     check_providers(spec)
     preflight(spec)
 

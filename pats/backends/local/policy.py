@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from pats.backends.local import grpo
+from pats.backends.local.device import require_device
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import ChoiceItem, TrainItem, run_update
 from pats.errors import BackendError
@@ -54,10 +55,7 @@ class LocalPolicy:
         self.spec, self.trainer = policy, trainer
         if trainer.threads is not None:
             torch.set_num_threads(trainer.threads)  # process-wide: torch has no per-model setting
-        want_cuda = trainer.device == "cuda" or (trainer.device == "auto" and torch.cuda.is_available())
-        if want_cuda and not torch.cuda.is_available():
-            raise BackendError("trainer.device is 'cuda' but torch sees no CUDA GPU; use device: auto or cpu")
-        self.device = torch.device("cuda" if want_cuda else "cpu")
+        self.device = require_device(trainer)
         self.autocast = (
             trainer.autocast_bf16 and policy.dtype == "float32" and bf16_autocast_supported(self.device)
         )
