@@ -304,6 +304,18 @@ def test_a_verl_episode_that_cannot_fit_its_response_budget_is_refused_with_the_
     assert one(write("u.yaml", too_long)).path == "trainer.max_response_tokens"
 
 
+def test_a_scaffold_placed_in_every_turn_counts_in_every_turn_of_a_verl_budget(write):
+    spec = (
+        "name: x\nenvironment: {kind: twx, max_turns: 4}\nscaffold: {budget: {view_tokens: 100}}\n"
+        "policy: {action: generate, max_new_tokens: 16}\ntrainer: {backend: verl, max_response_tokens: 700}\n"
+    )
+    assert load_spec(write("s.yaml", spec)).scaffold.placement == "system"  # 4 x 17 + 3 x 180 = 608
+    turn = spec.replace("budget:", "placement: turn, budget:")
+    issue = one(write("t.yaml", turn))  # 4 x 17 + 3 x (180 + 100) = 908
+    assert issue.path == "trainer.max_response_tokens" and "908 tokens" in issue.message
+    assert "scaffold.placement turn" in issue.message
+
+
 def test_a_verl_prompt_that_cannot_hold_the_scaffold_view_and_first_observation_is_refused(write):
     spec = (
         "name: x\nenvironment: {kind: twx, max_turns: 2}\nscaffold: {budget: {view_tokens: 400}}\n"

@@ -5,7 +5,8 @@ the first prompt (system: instructions, task, scaffold view; user: the first obs
 `trainer.max_prompt_tokens`, and everything after it fits `trainer.max_response_tokens`: per turn the
 policy's output (up to `policy.max_new_tokens`, plus the one end-of-turn token the loop adds to a turn
 cut at that limit) and, between turns, the next observation (`TURN_TOKENS` of the environment: the
-90th percentile along expert episodes plus the chat markers, bench/turn_tokens.py). A policy that
+90th percentile along expert episodes plus the chat markers, bench/turn_tokens.py), with the scaffold
+view again in every turn under `scaffold.placement: turn`. A policy that
 writes its whole allowance every turn must still fit: otherwise the loop ends the episode early
 (truncated) and its reward is lost. No history window applies (verl refuses `history_window`); the
 local backend cuts nothing, so it has no token budget to check.
@@ -31,8 +32,9 @@ class EpisodeBudget:
 
     turns: int
     action_tokens: int  # per turn: policy.max_new_tokens + CLOSE_TOKENS
-    observation_tokens: int  # per observation after the first prompt: the environment's TURN_TOKENS
+    observation_tokens: int  # per observation after the first prompt: TURN_TOKENS (+ the view per turn)
     view_tokens: int  # the scaffold view in the first prompt (0 without a scaffold)
+    first_observation_tokens: int  # the first observation (in the prompt): the environment's TURN_TOKENS
 
     @property
     def response(self) -> int:
@@ -42,7 +44,7 @@ class EpisodeBudget:
     @property
     def prompt(self) -> int:
         """The scaffold view and the first observation (instructions and task come on top)."""
-        return self.view_tokens + self.observation_tokens
+        return self.view_tokens + self.first_observation_tokens
 
     def max_new_tokens_within(self, response_tokens: int) -> int:
         """The largest policy.max_new_tokens whose episodes fit `response_tokens` (0: none does)."""
@@ -56,12 +58,14 @@ class EpisodeBudget:
 
 
 def episode_budget(spec: ExperimentSpec) -> EpisodeBudget:
-    env = spec.environment
+    env, sc = spec.environment, spec.scaffold
+    view = 0 if sc.mode == "none" else sc.budget.view_tokens
     return EpisodeBudget(
         turns=env.max_turns,
         action_tokens=spec.policy.max_new_tokens + CLOSE_TOKENS,
-        observation_tokens=env.TURN_TOKENS,
-        view_tokens=0 if spec.scaffold.mode == "none" else spec.scaffold.budget.view_tokens,
+        observation_tokens=env.TURN_TOKENS + (view if sc.placement == "turn" else 0),
+        view_tokens=view,
+        first_observation_tokens=env.TURN_TOKENS,
     )
 
 
@@ -72,6 +76,11 @@ def budget_issues(spec: ExperimentSpec) -> list[tuple[str, str]]:
         return []
     b = episode_budget(spec)
     out = []
+    per_turn_view = (
+        ", each with the scaffold view: scaffold.placement turn"
+        if b.observation_tokens > env.TURN_TOKENS
+        else ""
+    )
     if b.response > tr.max_response_tokens:
         fixes = [f"raise trainer.max_response_tokens to at least {b.response}"]
         if b.max_new_tokens_within(tr.max_response_tokens) >= 1:
@@ -84,7 +93,7 @@ def budget_issues(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 f"{b.action_tokens} tokens of the policy's output each (policy.max_new_tokens "
                 f"{spec.policy.max_new_tokens}, plus the token that closes a cut turn) and "
                 f"{b.turns - 1} observations of about {b.observation_tokens} tokens between them "
-                f"(bench/turn_tokens.py): {b.response} tokens, more than max_response_tokens "
+                f"(bench/turn_tokens.py{per_turn_view}): {b.response} tokens, more than max_response_tokens "
                 f"{tr.max_response_tokens}, so a policy that writes long outputs is cut mid-episode "
                 f"and loses its reward; {', '.join(fixes[:-1])} or {fixes[-1]}",
             )
@@ -94,7 +103,7 @@ def budget_issues(spec: ExperimentSpec) -> list[tuple[str, str]]:
             (
                 "trainer.max_prompt_tokens",
                 f"the first prompt holds the scaffold view (scaffold.budget.view_tokens {b.view_tokens}) "
-                f"and the first {env.kind} observation (about {b.observation_tokens} tokens) before the "
+                f"and the first {env.kind} observation (about {b.first_observation_tokens} tokens) before the "
                 f"instructions and the task: {b.prompt} tokens, more than max_prompt_tokens "
                 f"{tr.max_prompt_tokens}, and verl cuts a longer prompt from the left (the scaffold "
                 f"first); raise trainer.max_prompt_tokens to at least {b.prompt + 256} or lower "
