@@ -205,7 +205,9 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
 
 async def expert_worker(tmp_path, monkeypatch, split: str, placement: str = "system"):
     """(spec, service, worker, task, plan): a loop worker whose server plays the task's expert plan."""
-    spec, cfg = make_spec(tmp_path, max_turns=8, response=1600, placement=placement)
+    # In the turn, the view (up to view_tokens, 256) comes with every observation: the loader asks room for it.
+    response = 1600 if placement == "system" else 3200
+    spec, cfg = make_spec(tmp_path, max_turns=8, response=response, placement=placement)
     env = TwxEnv(spec.environment)
     task = env.tasks(split)[0]
     plan = env.expert_plan(task)
