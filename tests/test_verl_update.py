@@ -3,7 +3,7 @@
 Real episodes (TextWorldExpress, verl's AgentLoopWorker, a scripted server) go through the functions
 verl 0.9.1's V1 trainer and its actor worker call, configured by the Hydra config pats' export writes:
 `compute_advantage_for_multi_trajectories` (-> `core_algos.compute_grpo_outcome_advantage`, what
-`RayPPOTrainer._compute_advantage` calls) and `verl.workers.utils.losses.ppo_loss` (the loss the
+the V1 trainer's `_compute_advantage` calls) and `verl.workers.utils.losses.ppo_loss` (the loss the
 engine worker binds: `core_algos` vanilla policy loss, `agg_loss`, low_var_kl `kl_penalty`), with a
 tiny random Llama over SmolLM2's vocabulary as the actor. verl's FSDP engine itself is not built:
 verl registers it for CUDA and NPU devices only (`EngineRegistry.register(..., device=["cuda",
