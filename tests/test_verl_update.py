@@ -5,7 +5,7 @@ verl 0.9.1's V1 trainer and its actor worker call, configured by the Hydra confi
 `compute_advantage_for_multi_trajectories` (-> `core_algos.compute_grpo_outcome_advantage`, what
 the V1 trainer's `_compute_advantage` calls) and `verl.workers.utils.losses.ppo_loss` (the loss the
 engine worker binds: `core_algos` vanilla policy loss, `agg_loss`, low_var_kl `kl_penalty`), with a
-tiny random Llama over SmolLM2's vocabulary as the actor. verl's FSDP engine itself is not built:
+tiny random Llama over the batch's tokens as the actor. verl's FSDP engine itself is not built:
 verl registers it for CUDA and NPU devices only (`EngineRegistry.register(..., device=["cuda",
 "npu"])`), so the log-probs it would compute come from the tiny model here, laid out as the engine
 lays them out (unpadded, one per token, shifted by one) for `no_padding_2_padding`.
