@@ -22,11 +22,11 @@ scaffold stays as it was and the refusal is logged; the step's review and scaffo
 from __future__ import annotations
 
 import asyncio
+import copy
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pats.cards import build_cards
 from pats.errors import JudgeError
@@ -41,6 +41,7 @@ from pats.types import (
     Assessment,
     Edit,
     EvidenceCard,
+    JudgeState,
     LLMUsage,
     ReviewResult,
     RolloutGroup,
@@ -112,13 +113,13 @@ class ScaffoldPolicy:
         }
         return Committed(result, version, metrics)
 
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps beside the store's versions: the judge's state, where there is one."""
-        return self.reviewer.judge.state_dict() if self.reviewer is not None else {}
+    def judge_state(self) -> JudgeState:
+        """What a resume restores beside the store's versions: the judge's state, where there is one."""
+        return JudgeState(self.reviewer.judge.state_dict() if self.reviewer is not None else {})
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_judge_state(self, state: JudgeState) -> None:
         if self.reviewer is not None:
-            self.reviewer.judge.load_state_dict(state)
+            self.reviewer.judge.load_state_dict(copy.deepcopy(state.root))
 
 
 class Reviewer:

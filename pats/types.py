@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 EntryKind = Literal["skill", "mistake", "plan"]
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
@@ -340,3 +340,19 @@ class ReviewResult(Record):
     llm_tokens: int = 0  # their prompt + completion tokens
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0
+
+
+class JudgeState(RootModel[dict[str, Any]]):
+    """The judge's state between steps (its success averages), as its `state_dict()` gives it; the
+    judge checks the content when it loads it. A root model, so its JSON is the judge's own dict."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class ScaffoldState(Record):
+    """The scaffold side of a finished step, what a resume restores beside the policy's weights: the
+    store's version at the step's end and the judge's state (see pats.step_end)."""
+
+    step: int  # the last finished step
+    scaffold_version: int = 0  # versions after it belong to steps the resumed run redoes
+    judge: JudgeState = JudgeState({})

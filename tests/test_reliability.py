@@ -258,3 +258,55 @@ def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens
     assert result.over_budget >= 1 and result.fallback
     assert any("review budget" in note for note in result.refused)
     assert result.edits, "the rules reviser should have answered within the step"
+
+
+def raising_judge(monkeypatch, at) -> None:
+    import pats.build
+    from pats.judges import StatsJudge
+    from pats.testing import RaisingJudge
+
+    monkeypatch.setattr(
+        pats.build, "build_judge", lambda spec: RaisingJudge(StatsJudge(spec.judge, spec.scaffold.budget), at)
+    )
+
+
+def test_a_review_that_raises_is_logged_and_the_run_trains_on(tmp_path, fake_run, monkeypatch, capsys):
+    fake_run()
+    raising_judge(monkeypatch, at=[2, 3])
+    spec = make_spec(tmp_path)  # scaffold.max_failed_reviews: 3 by default
+    run_dir = new_run(spec)
+    asyncio.run(train(spec, run_dir))
+
+    log = run_dir / "events.jsonl"
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    failed = read_events(log, "review_failed")
+    assert [(e["step"], e["in_a_row"]) for e in failed] == [(2, 1), (3, 2)]
+    assert failed[0]["error"] == "RuntimeError: judge bug at step 2"
+    assert failed[0]["where"].startswith("fakes.py:") and failed[0]["where"].endswith("in assess")
+    ends = read_events(log, "step_end")
+    assert [e["metrics"]["review/failed"] for e in ends] == [0.0, 0.0, 1.0, 1.0]
+    assert not [e for e in read_events(log, "version") if e["step"] >= 2], "the scaffold stays as it was"
+    assert "the scaffold review raised RuntimeError: judge bug at step 2" in capsys.readouterr().err
+    # The judge's state is put back as it was before a failed review: steps 2 and 3 end with the
+    # state of step 1, though the judge counted both steps before it raised.
+    states = [
+        json.loads((run_dir / "checkpoints" / f"step_{s:06d}" / "state.json").read_text()) for s in (2, 3)
+    ]
+    assert states[0]["judge"]["ema"] and states[0]["judge"] == states[1]["judge"]
+
+
+def test_k_failed_reviews_in_a_row_stop_the_run_with_the_cause(tmp_path, fake_run, monkeypatch):
+    fake_run()
+    raising_judge(monkeypatch, at=[1, 2, 3])
+    spec = ExperimentSpec.model_validate(
+        {**make_spec(tmp_path).model_dump(mode="json"), "scaffold": {"mode": "pats", "max_failed_reviews": 2}}
+    )
+    run_dir = new_run(spec)
+    with pytest.raises(TrainingError, match=r"step 2: 2 reviews in a row raised") as info:
+        asyncio.run(train(spec, run_dir))
+    message = str(info.value)
+    assert "RuntimeError: judge bug at step 2" in message and "scaffold.max_failed_reviews" in message
+    assert "pats run --resume" in message
+    # Step 2 never ended, so a resume redoes it; the checkpoint of step 1 is intact.
+    assert steps_logged(run_dir) == [0, 1] and latest_step(run_dir) == 1
+    assert [e["step"] for e in read_events(run_dir / "events.jsonl", "review_failed")] == [1, 2]

@@ -110,6 +110,12 @@ class PassEverything:
     def commit(self, result: ReviewResult, step: int):
         return self.inner.commit(result, step)  # the store refuses; the step ends as any other
 
+    def judge_state(self):
+        return self.inner.judge_state()
+
+    def load_judge_state(self, state):
+        self.inner.load_judge_state(state)
+
 
 def test_the_engine_keeps_training_when_the_store_refuses_a_set(tmp_path, count_tokens):
     from pats.spec.models import ExperimentSpec

@@ -197,7 +197,7 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     # The service got every training trajectory; the step is complete, so its review ran.
     await service.wait_reviews()
     state = await service.state()
-    assert state["reviewed_steps"] == [0] and state["late_reports"] == 0
+    assert state.reviewed_steps == (0,) and state.late_reports == 0
     ends = [json.loads(x) for x in (Path(cfg.pats.run_dir) / "events.jsonl").read_text().splitlines()]
     step_end = next(e for e in ends if e["event"] == "step_end")
     assert step_end["metrics"]["train/groups"] == 1.0
@@ -256,7 +256,7 @@ async def test_the_second_validation_pass_plays_under_the_current_scaffold_and_r
     prompt_len = int(out.batch["attention_mask"][0, :PROMPT].sum())
     assert "- Look first." in worker.tokenizer.decode(out.batch["prompts"][0, PROMPT - prompt_len :].tolist())
     state = await service.state()
-    assert state["open_groups"] == 0 and state["reviewed_steps"] == [], "validation never feeds a review"
+    assert state.open_groups == 0 and state.reviewed_steps == (), "validation never feeds a review"
 
 
 async def test_a_scaffold_placed_in_the_turn_stands_before_every_turns_actions(tmp_path, monkeypatch):

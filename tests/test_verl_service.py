@@ -128,10 +128,10 @@ async def test_groups_pin_one_version_and_revisions_land_between_steps(tmp_path,
     # The second step saw version 2; its own review (the recurring task's plan beside the family
     # pattern) may have written one more.
     seen = json.loads((run_dir / "scaffold" / "versions" / "000002.json").read_text())
-    assert seen["hash"] == v2.pop() and state["version"] in (2, 3)
-    assert state["reviewed_steps"] == [0, 1] and state["late_reports"] == 0
+    assert seen["hash"] == v2.pop() and state.version in (2, 3)
+    assert state.reviewed_steps == (0, 1) and state.late_reports == 0
     # Persisted like the local backend's run directory.
-    assert (run_dir / "scaffold" / "versions" / f"{state['version']:06d}.json").is_file()
+    assert (run_dir / "scaffold" / "versions" / f"{state.version:06d}.json").is_file()
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e["event"] == "step_end"] == [0, 1]
     assert any(e["event"] == "edit" and e["edit"]["scope"] == "type:twc" for e in events)

@@ -39,7 +39,7 @@ async def test_the_service_logs_step_metrics_and_versions_to_wandb(tmp_path):
             pinned = await service.pin(uid, env_task.model_dump_json(), step + 1)
             won = i % 2 == 1  # a mixed group: the review has evidence
             await service.report(
-                uid, rollout(f"{uid}-{i}", env_task.id, won, pinned["version"], pinned["scaffolded"])
+                uid, rollout(f"{uid}-{i}", env_task.id, won, pinned.view.version, pinned.scaffolded)
             )
     await service.wait_reviews()
     for sink in service.sinks:

@@ -1,10 +1,11 @@
 """The training loop of DESIGN.md, one screen: rollout -> (review || update) -> apply -> log.
 
 The review of step t runs concurrently with the policy update of step t (both on the same groups);
-its edits are committed (`scaffold.commit`, the same step end as verl's scaffold service) before step
-t+1 pins its views; a set the store refuses is logged as refused (`review/store_refused`) and training
-goes on with the current scaffold version. Components are built
-from the spec before the loop starts (pats.build), so nothing here branches on a mode.
+the step ends through `pats.step_end.StepEnd`, the same object verl's scaffold service ends its steps
+with: its edits are committed before step t+1 pins its views, a review that raises is logged and the
+step trains on with the current scaffold (k in a row stop the run), then events, metrics and sinks.
+Components are built from the spec before the loop starts (pats.build), so nothing here branches on a
+mode.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
-from pats.logging.events import EventLog, write_review
+from pats.logging.events import EventLog
 from pats.metrics import group_metrics, rollout_metrics
 from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import ScaffoldPolicy
 from pats.spec.models import ExperimentSpec
+from pats.step_end import StepEnd
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
 
@@ -46,6 +48,7 @@ class Engine:
     async def run(self, start_step: int = 0) -> int | None:
         """Train from `start_step`; returns the last finished step when a stop was requested early."""
         tr, probes = self.spec.trainer, self.spec.probe_count()
+        end = StepEnd(self.scaffold, self.events, self.sinks, self.spec.scaffold.max_failed_reviews)
         if start_step == 0 and self.spec.eval.at_start:
             await self.evaluate(-1)
         for step in range(start_step, tr.steps):
@@ -54,13 +57,13 @@ class Engine:
             played = await self.backend.rollout(step, plans)
             groups = [p.group for p in played]
             t1 = time.perf_counter()
-            review = asyncio.create_task(self._timed(self.scaffold.review(step, groups)))
+            review = asyncio.create_task(end.review(step, groups))
             trained = trainable(played, tr.on_env_fault)
             stats = await self.backend.update(trained)
             await self._check_update(step, stats, review)
             t2 = time.perf_counter()
-            result, review_start, review_end = await review
-            committed = self.scaffold.commit(result, step)
+            reviewed = await review
+            committed = end.commit(step, reviewed)  # raises after k failed reviews in a row
             t3 = time.perf_counter()
             metrics = {
                 **group_metrics(groups),
@@ -68,16 +71,16 @@ class Engine:
                 **committed.metrics,
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
-                "time/review_s": review_end - review_start,
+                "time/review_s": reviewed.end - reviewed.start,
                 # The part of the review that ran while the update did (the update ends at t2).
-                "time/review_overlap_s": max(0.0, min(review_end, t2) - max(review_start, t1)),
+                "time/review_overlap_s": max(0.0, min(reviewed.end, t2) - max(reviewed.start, t1)),
                 "time/step_s": t3 - t0,
                 "train/env_fault_groups_dropped": float(len(groups) - len(trained)),
             }
-            self._log(step, groups, committed.result, committed.version, metrics)
+            end.log(step, groups, committed, metrics)
             if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
                 await self.evaluate(step)
-            self.events.end_step(step, metrics=metrics)
+            end.end(step, metrics)
             due = (step + 1) % tr.checkpoint_every == 0 or step + 1 == tr.steps
             if self.checkpoint and (due or self.stop_requested):
                 self.checkpoint(step)
@@ -97,12 +100,6 @@ class Engine:
                 "trainer.lr or trainer.max_grad_norm, trainer.autocast_bf16=false, or check the "
                 "rewards for NaN; then `pats run --resume` the run directory"
             )
-
-    async def _timed(self, review):
-        """(result, start, end): the review's own start, when the task first runs, not when it was made."""
-        start = time.perf_counter()
-        result = await review
-        return result, start, time.perf_counter()
 
     async def evaluate(self, step: int) -> dict[str, float]:
         """Held-out tasks without the scaffold (deployment), and with it for the reliance gap; the
@@ -129,13 +126,6 @@ class Engine:
         for sink in self.sinks:
             sink.log(max(step, 0), metrics)
         return metrics
-
-    def _log(self, step, groups, result, version, metrics) -> None:
-        write_review(self.events, step, groups, result, version)
-        for sink in self.sinks:
-            sink.log(step, metrics)
-            if version is not None:
-                sink.scaffold(step, version)
 
 
 def trainable(played: Sequence[Played], on_env_fault: str) -> list[Played]:

@@ -19,22 +19,20 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
-from pats.build import build_scaffold_policy
 from pats.engine.loop import Engine
 from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler
 from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
-from pats.logging.events import EventLog
-from pats.logging.sinks import JsonlSink, WandbSink
+from pats.logging.sinks import WandbSink
 from pats.registry import BACKENDS, ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
 from pats.spec.loader import missing_files
-from pats.types import Record
+from pats.step_end import restore
+from pats.types import JudgeState, Record, ScaffoldState
 
 KEEP_CHECKPOINTS = 2
 
@@ -62,8 +60,11 @@ class Checkpoint(Record):
     path: str  # the checkpoint folder (the backend's weights under it)
     wandb_id: str | None = None  # the W&B run to continue
     scaffold_version: int = 0  # the store's version at this step; later ones are dropped on resume
-    # The scaffold policy's state (the judge's EMAs), see ScaffoldPolicy.state_dict.
-    judge: dict[str, Any] = {}
+    judge: JudgeState = JudgeState({})  # the judge's state at this step
+
+    def scaffold_state(self) -> ScaffoldState:
+        """The scaffold side of the checkpoint's step, what `pats.step_end.restore` cuts back to."""
+        return ScaffoldState(step=self.step, scaffold_version=self.scaffold_version, judge=self.judge)
 
 
 def load_run(run_dir: Path) -> tuple[ExperimentSpec, Checkpoint | None]:
@@ -122,16 +123,17 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
     done = state.step if state else None
-    scaffold = build_scaffold_policy(
+    end = restore(  # the scaffold side, events and metrics cut back to the checkpoint (the resume rule)
         spec,
-        run_dir / "scaffold",
+        run_dir,
         token_counter(spec.policy.model),
         env.expert_plan,
         task_types=sorted({t.type for t in train_tasks}),
-        upto_version=state.scaffold_version if state else None,
+        state=state.scaffold_state() if state else None,
     )
+    scaffold = end.scaffold
     backend = make_backend(spec, make_env)
-    sinks = [JsonlSink(run_dir / "metrics.jsonl", keep_through=done)]
+    sinks = list(end.sinks)
     wandb_id = state.wandb_id if state else None
     if spec.logging.wandb != "disabled":
         os.environ.setdefault("WANDB_DIR", str(run_dir))
@@ -148,7 +150,6 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
         wandb_id = sink.run_id
     if state:
         backend.load(Path(state.path))
-        scaffold.load_state_dict(state.judge)
     progress = ProgressSink(spec, start=(done + 1) if state else 0) if spec.logging.progress else None
     if progress:
         sinks.append(progress)
@@ -156,12 +157,13 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     def checkpoint(step: int) -> None:
         folder = run_dir / "checkpoints" / f"step_{step:06d}"
         backend.save(folder)
+        side = end.state(step)
         saved = Checkpoint(
             step=step,
             path=str(folder),
             wandb_id=wandb_id,
-            scaffold_version=scaffold.store.current.number if scaffold.store else 0,
-            judge=scaffold.state_dict(),
+            scaffold_version=side.scaffold_version,
+            judge=side.judge,
         ).model_dump_json(indent=1)
         write_atomic(folder / "state.json", saved)
         write_atomic(run_dir / "checkpoints" / "latest.json", saved)
@@ -176,7 +178,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
         sampler=TaskSampler(train_tasks, spec.trainer.tasks_per_step, spec.seed),
         eval_tasks=eval_tasks,
         pool_tasks=train_tasks if spec.eval.pool else (),
-        events=EventLog(run_dir / "events.jsonl", keep_through=done),
+        events=end.events,
         sinks=sinks,
         checkpoint=checkpoint,
     )

@@ -41,9 +41,13 @@ class EventLog:
 
     def end_step(self, step: int, **payload: Any) -> None:
         self.write(step, "step_end", **payload)
+        self.flush()
+        self.last_complete_step = step
+
+    def flush(self) -> None:
+        """What was written so far, on disk (a step's end; the cause of a failure before a stop)."""
         self._file.flush()
         os.fsync(self._file.fileno())
-        self.last_complete_step = step
 
     def close(self) -> None:
         self._file.close()

@@ -95,6 +95,13 @@ class ScaffoldSpec(SpecModel):
         description="Seconds the LLM judge and reviser may take per step, retries included; past it the "
         "judge's grades are left out and the rules reviser answers, so training never waits longer.",
     )
+    max_failed_reviews: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Stop the run after this many reviews in a row raised (a bug in a judge, reviser or "
+        "card builder); fewer are logged (review_failed) and the step trains on with the current scaffold.",
+    )
 
     @property
     def reviews(self) -> bool:

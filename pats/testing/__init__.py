@@ -1,12 +1,13 @@
 """Test doubles for pats users: fakes that let an environment, judge or reviser be tested offline."""
 
 from pats.testing.cards import card_facts
-from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
+from pats.testing.fakes import FakeEnv, RaisingJudge, ScriptedBackend, improving_schedule
 from pats.testing.llm import scripted_judge, scripted_reviser
 from pats.testing.openai_server import ScriptedOpenAIServer
 
 __all__ = [
     "FakeEnv",
+    "RaisingJudge",
     "ScriptedBackend",
     "ScriptedOpenAIServer",
     "card_facts",

@@ -5,6 +5,7 @@
   given by a schedule of (number of updates so far, task, view), so tests can script a policy that
   fails, is helped by guidance, and improves. Successful rollouts follow the task's gold path; failed
   ones repeat an action until they run out of turns, which gives the cards something to find.
+- `RaisingJudge`: a judge that raises at chosen steps (a run's failure policy under test).
 """
 
 from __future__ import annotations
@@ -162,3 +163,26 @@ class ScriptedBackend:
 
     def load(self, directory: Path) -> None:
         self.updates = int((directory / "scripted.txt").read_text())
+
+
+class RaisingJudge:
+    """A judge that raises at the given steps, for testing a run's failure policy (pats.step_end): it
+    asks `inner` first, so a judge state left half-updated by a failed review would show."""
+
+    def __init__(self, inner, at: Sequence[int]):
+        self.inner, self.at = inner, set(at)
+
+    async def assess(self, step, groups, cards, entries):
+        out = await self.inner.assess(step, groups, cards, entries)
+        if step in self.at:
+            raise RuntimeError(f"judge bug at step {step}")
+        return out
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state) -> None:
+        self.inner.load_state_dict(state)
+
+    def usage(self):
+        return self.inner.usage()

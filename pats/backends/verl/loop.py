@@ -102,7 +102,7 @@ class PatsAgentLoop(AgentLoopBase):
         pinned = await connect(self.spec_path, self.run_dir).pin(
             uid, task.model_dump_json(), int(kwargs["global_steps"])
         )
-        return ScaffoldView(version=pinned["version"], text=pinned["text"]), bool(pinned["scaffolded"])
+        return pinned.view, pinned.scaffolded
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -237,5 +237,4 @@ class PatsScaffoldValidationLoop(PatsAgentLoop):
     reports = False
 
     async def _view(self, task: Task, uid: str, kwargs: dict[str, Any]) -> tuple[ScaffoldView, bool]:
-        shown = await connect(self.spec_path, self.run_dir).view(task.model_dump_json())
-        return ScaffoldView(version=shown["version"], text=shown["text"]), True
+        return await connect(self.spec_path, self.run_dir).view(task.model_dump_json()), True

@@ -18,26 +18,44 @@ It relies on the sync trainer (`trainer.v1.trainer_mode=sync`, set by pats), whi
 rollouts before the next step's start; a report that arrives after its step was reviewed is counted
 in `late_reports` and left out.
 
-State on disk, as the local backend keeps it: `<run_dir>/scaffold/` (every version, via
-`ScaffoldStore`), `<run_dir>/scaffold/judge.json` (the judge's EMA state), `<run_dir>/events.jsonl`
-(groups, cards, assessments, edits, versions, metrics per step) and `<run_dir>/metrics.jsonl` (the
-step metrics the local engine logs: informative fraction, success with and without the scaffold,
-entries and tokens, edits, review faults). Unless `logging.wandb` is disabled the same metrics and
-each new version's entries table go to a W&B run `<name>-scaffold` in the group `<name>`, beside the
-run verl's trainer logs. pats steps are verl's
-`global_steps - 1` (verl counts from 1). A restarted run reopens every version it finds.
+Each step ends through `pats.step_end.StepEnd`, the local engine's step end: a review that raises is
+logged (`review_failed`) and the step trains on with the current scaffold; `scaffold.max_failed_reviews`
+in a row stop the run (the next pin raises the error, which ends verl's job). State on disk, as a
+local run keeps it: `<run_dir>/scaffold/` (every version), `<run_dir>/scaffold/steps/NNNNNN.json` (the
+store's version and the judge's state at each step's end), `<run_dir>/events.jsonl` and
+`<run_dir>/metrics.jsonl`. Unless `logging.wandb` is disabled the same metrics and each new version's
+entries table go to a W&B run `<name>-scaffold` in the group `<name>`, beside the run verl's trainer
+logs. pats steps are verl's `global_steps - 1` (verl counts from 1).
+
+Resume: verl resumes from its latest checkpoint (`checkpoints/latest_checkpointed_iteration.txt`,
+global step g, so pats step g - 1 is the last finished); a new service cuts the scaffold store, the
+judge's state, the event log and metrics.jsonl back to that step (`resume_state`, the resume rule of
+pats.step_end), and refuses to start when that step's scaffold state was never saved, or when the
+first pin is not of the step after it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task
+from pydantic import ValidationError
+
+from pats.errors import PrerequisiteError, TrainingError
+from pats.step_end import STATES
+from pats.types import (
+    EMPTY_VIEW,
+    JudgeState,
+    Record,
+    Rollout,
+    RolloutGroup,
+    ScaffoldState,
+    ScaffoldView,
+    Task,
+)
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "pats"  # fixed, so every job on a cluster finds its run's service by name
@@ -45,6 +63,62 @@ NAMESPACE = "pats"  # fixed, so every job on a cluster finds its run's service b
 
 def service_name(spec_name: str) -> str:
     return f"pats_scaffold_{spec_name}"
+
+
+class Pinned(Record):
+    """The service's answer to a pin: the view a rollout plays under; probes see the empty view."""
+
+    view: ScaffoldView
+    scaffolded: bool
+
+
+class ServiceState(Record):
+    """The store's current version, the judge's state and the service's counters (logs and tests)."""
+
+    version: int
+    hash: str
+    judge: JudgeState
+    reviewed_steps: tuple[int, ...]
+    open_groups: int
+    late_reports: int
+    failed_reviews_in_a_row: int
+
+
+TRACKER = Path("checkpoints") / "latest_checkpointed_iteration.txt"  # verl's, under the run directory
+
+
+def resume_state(run_dir: Path) -> ScaffoldState | None:
+    """The scaffold side of the step of verl's latest checkpoint (None: verl starts from step 0).
+
+    verl writes the tracker after saving global step g, whose pats step g - 1 the step end saved as
+    scaffold/steps/NNNNNN.json once that step's review was done; a checkpoint can get ahead of it
+    when the job stops between the two, and then the scaffold and the judge cannot match the policy."""
+    tracker = run_dir / TRACKER
+    if not tracker.is_file():
+        return None
+    try:
+        global_step = int(tracker.read_text("utf-8").strip())
+    except ValueError:
+        raise PrerequisiteError(
+            f"{tracker} does not hold verl's step number; restore it or remove it"
+        ) from None
+    step = global_step - 1
+    path = run_dir / STATES / f"{step:06d}.json"
+    if step < 0:
+        return None
+    try:
+        return ScaffoldState.model_validate_json(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise PrerequisiteError(
+            f"verl resumes from its checkpoint of global step {global_step} (pats step {step}), but the "
+            f"scaffold service saved no scaffold state for that step ({path} is missing: the job stopped "
+            "after verl's checkpoint and before the step's review ended), so the scaffold and the "
+            "judge would not match the policy. Resume from an earlier checkpoint that has one: write "
+            f"its global step into {tracker} (pats step = global step - 1, see {path.parent}), or "
+            "start a new run directory"
+        ) from None
+    except ValidationError as err:
+        raise PrerequisiteError(f"{path} is not a scaffold state ({err.errors()[0]['msg']})") from None
 
 
 @dataclass
@@ -61,56 +135,72 @@ class ScaffoldService:
 
     def __init__(self, spec_path: str, run_dir: str):
         import pats.envs  # noqa: F401  (registers the built-in environments)
-        from pats.build import build_scaffold_policy
-        from pats.logging.events import EventLog
         from pats.models import token_counter
         from pats.registry import ENVIRONMENTS
         from pats.spec import load_spec
+        from pats.step_end import restore
 
         self.spec = load_spec(spec_path)
         self.run_dir = Path(run_dir)
         env = ENVIRONMENTS.get(self.spec.environment.kind)(self.spec.environment)
-        types = sorted({t.type for t in env.tasks("train")})
-        self.scaffold = build_scaffold_policy(
+        resumed = resume_state(self.run_dir)
+        self.end = restore(
             self.spec,
-            self.run_dir / "scaffold",
+            self.run_dir,
             token_counter(self.spec.policy.model),
             env.expert_plan,
-            task_types=types,
+            task_types=sorted({t.type for t in env.tasks("train")}),
+            state=resumed,
+            keep_states=True,
         )
-        self._judge_file = self.run_dir / "scaffold" / "judge.json"
-        if self._judge_file.is_file():
-            self.scaffold.load_state_dict(json.loads(self._judge_file.read_text("utf-8")))
-        self.events = EventLog(self.run_dir / "events.jsonl")
-        self.sinks = _sinks(self.spec, self.run_dir)
+        self.end.sinks = [*self.end.sinks, *_wandb(self.spec, self.run_dir)]
+        self.scaffold, self.events, self.sinks = self.end.scaffold, self.end.events, self.end.sinks
         self.probes = self.spec.probe_count()
         self.groups: dict[str, _Group] = {}  # uid -> group, for steps not yet reviewed
         self.reviews: dict[int, asyncio.Task] = {}  # step -> its review
         self.reviewed: set[int] = set()
         self.late_reports = 0
+        self.first_step: int | None = resumed.step + 1 if resumed else 0  # None once checked
+        self.stopped: TrainingError | None = None  # k failed reviews in a row: every pin raises it
 
     # -- called by the agent loops -----------------------------------------------------------
 
-    async def pin(self, uid: str, task_json: str, global_steps: int) -> dict:
-        """{"text", "version", "scaffolded"} for the next rollout of group `uid` at verl step `global_steps`."""
+    async def pin(self, uid: str, task_json: str, global_steps: int) -> Pinned:
+        """The view of the next rollout of group `uid` at verl step `global_steps`."""
         step = int(global_steps) - 1
+        if self.first_step is not None:
+            self._check_first(step)
         for older in sorted({g.step for g in self.groups.values() if g.step < step}):
             self._start_review(older)
         for older in [s for s in self.reviews if s < step]:
             await self.reviews[older]  # the pins of a new step wait for the previous step's edits
+        if self.stopped is not None:
+            raise self.stopped
         group = self.groups.get(uid)
         if group is None:
             task = Task.model_validate_json(task_json)
             group = self.groups[uid] = _Group(step, task, self.scaffold.view(task))
         scaffolded = group.pins >= self.probes
         group.pins += 1
-        view = group.view if scaffolded else EMPTY_VIEW
-        return {"text": view.text, "version": view.version, "scaffolded": scaffolded}
+        return Pinned(view=group.view if scaffolded else EMPTY_VIEW, scaffolded=scaffolded)
 
-    async def view(self, task_json: str) -> dict:
-        """{"text", "version"}: the current scaffold's view of a task (validation with the scaffold)."""
-        view = self.scaffold.view(Task.model_validate_json(task_json))
-        return {"text": view.text, "version": view.version}
+    def _check_first(self, step: int) -> None:
+        """The first pin of a started or resumed service is of the step after the restored one, or
+        the scaffold would not match the policy verl restored."""
+        expected, self.first_step = self.first_step, None
+        if step != expected:
+            raise PrerequisiteError(
+                f"verl plays step {step} (global step {step + 1}) but the scaffold service restored "
+                f"the scaffold of the step before {expected} (from {self.run_dir / TRACKER}); they "
+                "disagree when verl resumes from another checkpoint (trainer.resume_from_path, "
+                "trainer.resume_mode) than its latest. Let verl resume from its latest checkpoint "
+                "(trainer.resume_mode=auto), or write the global step it resumes from into the tracker "
+                "file so the service restores that step"
+            )
+
+    async def view(self, task_json: str) -> ScaffoldView:
+        """The current scaffold's view of a task (validation with the scaffold)."""
+        return self.scaffold.view(Task.model_validate_json(task_json))
 
     async def report(self, uid: str, rollout_json: str) -> None:
         group = self.groups.get(uid)
@@ -123,17 +213,18 @@ class ScaffoldService:
         if len(mine) >= tr.tasks_per_step and all(len(g.rollouts) >= tr.group_size for g in mine):
             self._start_review(group.step)  # the step is complete: review while verl updates
 
-    async def state(self) -> dict:
-        """The store's current version and the service's counters (for logs and tests)."""
+    async def state(self) -> ServiceState:
         store = self.scaffold.store
         current = store.current if store else None
-        return {
-            "version": current.number if current else 0,
-            "hash": current.hash if current else "",
-            "reviewed_steps": sorted(self.reviewed),
-            "open_groups": len(self.groups),
-            "late_reports": self.late_reports,
-        }
+        return ServiceState(
+            version=current.number if current else 0,
+            hash=current.hash if current else "",
+            judge=self.scaffold.judge_state(),
+            reviewed_steps=tuple(sorted(self.reviewed)),
+            open_groups=len(self.groups),
+            late_reports=self.late_reports,
+            failed_reviews_in_a_row=self.end.failed_in_a_row,
+        )
 
     async def wait_reviews(self) -> None:
         """Wait for reviews in flight (the end of a run; tests)."""
@@ -151,8 +242,7 @@ class ScaffoldService:
         self.reviews[step] = asyncio.create_task(self._review(step, list(taken.values())))
 
     async def _review(self, step: int, taken: list[_Group]) -> None:
-        from pats.logging.events import write_review
-        from pats.metrics import group_metrics, scaffold_metrics
+        from pats.metrics import group_metrics
 
         groups = [
             RolloutGroup(step=step, task=g.task, scaffold_version=g.view.version, rollouts=tuple(g.rollouts))
@@ -160,37 +250,27 @@ class ScaffoldService:
             if g.rollouts
         ]
         try:
-            committed = self.scaffold.commit(await self.scaffold.review(step, groups), step)
-            result, version, metrics = committed.result, committed.version, committed.metrics
-        except Exception as err:  # a failed review keeps the scaffold; training goes on
-            logger.exception("pats scaffold review of step %d failed", step)
-            self.events.write(step, "review_failed", error=f"{type(err).__name__}: {err}")
-            store = self.scaffold.store
-            result, version, metrics = None, None, scaffold_metrics(store.current if store else None)
-        write_review(self.events, step, groups, result, version)
-        metrics = {**group_metrics(groups), **metrics}
-        if self.scaffold.store is not None:
-            from pats.fileio import write_atomic
-
-            write_atomic(self._judge_file, json.dumps(self.scaffold.state_dict(), indent=1))
-        self.events.end_step(step, metrics=metrics)
-        for sink in self.sinks:
-            sink.log(step, metrics)
-            if version is not None:
-                sink.scaffold(step, version)
+            committed = self.end.commit(step, await self.end.review(step, groups))
+        except TrainingError as err:  # k failed reviews in a row: the next pin stops verl's job
+            logger.error("%s", err)
+            self.stopped = err
+            self.reviews.pop(step, None)
+            return
+        metrics = {**group_metrics(groups), **committed.metrics}
+        self.end.log(step, groups, committed, metrics)
+        self.end.end(step, metrics)
         self.reviewed.add(step)
         self.reviews.pop(step, None)
 
 
-def _sinks(spec, run_dir: Path) -> list:
-    from pats.logging.sinks import JsonlSink, WandbSink
+def _wandb(spec, run_dir: Path) -> list:
+    if spec.logging.wandb == "disabled":
+        return []
+    from pats.logging.sinks import WandbSink
 
-    sinks = [JsonlSink(run_dir / "metrics.jsonl")]
-    if spec.logging.wandb != "disabled":
-        config = spec.model_dump(mode="json")
-        name, log = f"{spec.name}-scaffold", spec.logging
-        sinks.append(WandbSink(run_dir, log.project, log.entity, log.wandb, name, config, group=spec.name))
-    return sinks
+    config = spec.model_dump(mode="json")
+    name, log = f"{spec.name}-scaffold", spec.logging
+    return [WandbSink(run_dir, log.project, log.entity, log.wandb, name, config, group=spec.name)]
 
 
 class RayServiceClient:
@@ -199,16 +279,16 @@ class RayServiceClient:
     def __init__(self, handle):
         self.handle = handle
 
-    async def pin(self, uid: str, task_json: str, global_steps: int) -> dict:
+    async def pin(self, uid: str, task_json: str, global_steps: int) -> Pinned:
         return await self.handle.pin.remote(uid, task_json, global_steps)
 
-    async def view(self, task_json: str) -> dict:
+    async def view(self, task_json: str) -> ScaffoldView:
         return await self.handle.view.remote(task_json)
 
     async def report(self, uid: str, rollout_json: str) -> None:
         await self.handle.report.remote(uid, rollout_json)
 
-    async def state(self) -> dict:
+    async def state(self) -> ServiceState:
         return await self.handle.state.remote()
 
     async def wait_reviews(self) -> None:
