@@ -23,6 +23,7 @@ from pats.types import (
     ScaffoldVersion,
     ScaffoldView,
     Task,
+    UpdateStats,
 )
 
 TokenCounter = Callable[[str], int]  # the policy tokenizer's count of a text
@@ -91,7 +92,7 @@ class Played(Generic[T]):
 class PolicyBackend(Protocol):
     async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[Played]: ...
 
-    async def update(self, played: Sequence[Played]) -> dict[str, float]:
+    async def update(self, played: Sequence[Played]) -> UpdateStats:
         """One policy update on the groups `rollout` returned (those the engine keeps, see
         `trainer.on_env_fault`), their advantages from the groups' rewards."""
         ...

@@ -356,3 +356,29 @@ class ScaffoldState(Record):
     step: int  # the last finished step
     scaffold_version: int = 0  # versions after it belong to steps the resumed run redoes
     judge: JudgeState = JudgeState({})
+
+
+class UpdateStats(Record):
+    """One policy update, as a backend reports it (the local one: pats.backends.local.training); each
+    field goes to the step's metrics as `policy/<field>`. Losses and ratios are averages over epochs."""
+
+    loss: float = 0.0
+    clip_frac: float = 0.0
+    approx_kl: float = 0.0  # old vs new policy
+    ratio_mean: float = 0.0
+    kl: float = 0.0  # to the reference
+    grad_norm: float = 0.0  # before clipping
+    tokens: float = 0.0  # trained per epoch
+    items: float = 0.0
+    steps: float = 0.0  # optimizer steps taken
+    skipped: float = 0.0  # 1 when no step was taken
+    no_signal: float = 0.0  # 1 when every advantage was zero
+    nonfinite: float = 0.0  # epochs dropped for a NaN/inf loss or gradient
+
+    @property
+    def dropped_for_nonfinite(self) -> bool:
+        """No step was taken because every epoch had a NaN/inf loss or gradient."""
+        return self.nonfinite > 0 and self.steps == 0
+
+    def metrics(self) -> dict[str, float]:
+        return {f"policy/{k}": v for k, v in self.model_dump().items()}

@@ -24,6 +24,7 @@ from pats.logging.events import read_events
 from pats.spec.models import ExperimentSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
 from pats.testing.engine import fake_engine
+from pats.types import UpdateStats
 
 
 def make_spec(root, **trainer) -> ExperimentSpec:
@@ -145,7 +146,7 @@ class Nonfinite(ScriptedBackend):
     async def update(self, played):
         await super().update(played)
         bad = self.pattern.pop(0)
-        return {"policy/nonfinite": float(bad), "policy/steps": 0.0 if bad else 1.0}
+        return UpdateStats(nonfinite=float(bad), steps=0.0 if bad else 1.0)
 
 
 def engine_for(tmp_path, count_tokens, backend, **trainer) -> Engine:

@@ -23,7 +23,7 @@ from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import ScaffoldPolicy
 from pats.spec.models import ExperimentSpec
 from pats.step_end import StepEnd
-from pats.types import EMPTY_VIEW, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, ScaffoldView, Task, UpdateStats
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Engine:
             t3 = time.perf_counter()
             metrics = {
                 **group_metrics(groups),
-                **stats,
+                **stats.metrics(),
                 **committed.metrics,
                 "time/rollout_s": t1 - t0,
                 "time/update_s": t2 - t1,
@@ -88,10 +88,9 @@ class Engine:
                 return step
         return None
 
-    async def _check_update(self, step: int, stats: dict[str, float], review: asyncio.Task) -> None:
+    async def _check_update(self, step: int, stats: UpdateStats, review: asyncio.Task) -> None:
         """Count updates skipped for a NaN/inf loss or gradient; stop after k in a row."""
-        skipped = stats.get("policy/nonfinite", 0.0) > 0 and stats.get("policy/steps", 1.0) == 0
-        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if stats.dropped_for_nonfinite else 0
         if self.nonfinite_in_a_row >= self.spec.trainer.max_nonfinite_updates:
             await asyncio.gather(review, return_exceptions=True)  # bounded by the review budget
             raise TrainingError(

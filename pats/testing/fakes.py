@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pats.protocols import GroupPlan, Played, StepResult
-from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn
+from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, Turn, UpdateStats
 
 ROOMS = ("kitchen", "hall", "garden", "cellar", "attic")
 ITEMS = ("key", "lamp", "coin", "book", "map")
@@ -148,11 +148,11 @@ class ScriptedBackend:
             groups.append(Played(group))
         return groups
 
-    async def update(self, played: Sequence[Played]) -> dict[str, float]:
+    async def update(self, played: Sequence[Played]) -> UpdateStats:
         if self.update_delay:
             await asyncio.sleep(self.update_delay)
         self.updates += 1
-        return {"policy/updates": float(self.updates)}
+        return UpdateStats(steps=1.0, items=float(sum(len(p.group.rollouts) for p in played)))
 
     async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]:
         return [self._play(f"eval-{t.id}", t, v, not v.empty) for t, v in zip(tasks, views, strict=True)]

@@ -30,7 +30,7 @@ from pats.episode import Act, Episode, read_output
 from pats.protocols import Env, GroupPlan, Played
 from pats.scaffold import place, with_scaffold
 from pats.spec.models import ExperimentSpec
-from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, Rollout, RolloutGroup, ScaffoldView, Task, UpdateStats
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class LocalBackend:
             played.append(Played(group, training=tuple(tuple(seats[i].played) for i in ids)))
         return played
 
-    async def update(self, played: Sequence[Played[tuple[StoredTurn, ...]]]) -> dict[str, float]:
+    async def update(self, played: Sequence[Played[tuple[StoredTurn, ...]]]) -> UpdateStats:
         batch = []
         for p in played:
             rewards = torch.tensor(p.group.rewards, dtype=torch.float64)  # (G,)
@@ -99,8 +99,7 @@ class LocalBackend:
             for turns, adv in zip(p.training, advantages.tolist(), strict=True):
                 batch += [self._train_item(turn, adv, 1.0 / len(turns)) for turn in turns]
         # In a thread: torch releases the GIL, so the scaffold review runs beside the update.
-        stats = await asyncio.to_thread(self.policy.update, batch)
-        return {f"policy/{k}": float(v) for k, v in stats.items()}
+        return UpdateStats(**await asyncio.to_thread(self.policy.update, batch))
 
     async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]:
         n = self.spec.eval.samples_per_task
