@@ -1,8 +1,9 @@
 """Build the scaffold policy from a spec, once: the mode picks its parts, the kinds pick judge and reviser.
 
 This is the one place that reads `scaffold.mode`, `judge.kind` and `reviser.kind`; the engine loop
-only calls the objects built here. Judges and revisers are found by kind in `pats.registry` (JUDGES,
-REVISERS), where the built-in ones are registered below.
+only calls the objects built here. Judge and reviser kinds are the spec's closed unions, so their
+builders are plain dicts keyed by those kinds (JUDGE_BUILDERS, REVISER_BUILDERS; a test checks that the
+keys are the spec's kinds); only environments come from other packages (pats.registry).
 """
 
 from __future__ import annotations
@@ -11,21 +12,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pats.protocols import TokenCounter
-from pats.registry import JUDGES, REVISERS
 from pats.review import Reviewer, ScaffoldPolicy
 from pats.scaffold import ScaffoldStore, load_bank
 from pats.spec.models import ExperimentSpec
 from pats.types import Task
 
 
-@JUDGES.register("stats")
 def _stats_judge(spec: ExperimentSpec):
     from pats.judges import StatsJudge
 
     return StatsJudge(spec.judge, spec.scaffold.budget)
 
 
-@JUDGES.register("llm")
 def _llm_judge(spec: ExperimentSpec):
     from pats.judges import LLMJudge
 
@@ -34,12 +32,10 @@ def _llm_judge(spec: ExperimentSpec):
     )
 
 
-@REVISERS.register("rules")
 def _rules_reviser(spec: ExperimentSpec, rules):
     return rules, rules
 
 
-@REVISERS.register("llm")
 def _llm_reviser(spec: ExperimentSpec, rules):
     from pats.reviser import LLMReviser
 
@@ -50,8 +46,13 @@ def _llm_reviser(spec: ExperimentSpec, rules):
     return llm, rules
 
 
+JUDGE_BUILDERS = {"stats": _stats_judge, "llm": _llm_judge}  # judge.kind -> builder(spec) -> Judge
+# reviser.kind -> builder(spec, rules) -> (reviser, fallback)
+REVISER_BUILDERS = {"rules": _rules_reviser, "llm": _llm_reviser}
+
+
 def build_judge(spec: ExperimentSpec):
-    return JUDGES.get(spec.judge.kind)(spec)
+    return JUDGE_BUILDERS[spec.judge.kind](spec)
 
 
 def build_revisers(spec: ExperimentSpec):
@@ -66,7 +67,7 @@ def build_revisers(spec: ExperimentSpec):
         budget=sc.budget,
         task_plans=sc.task_plans,
     )
-    return REVISERS.get(spec.reviser.kind)(spec, rules)
+    return REVISER_BUILDERS[spec.reviser.kind](spec, rules)
 
 
 def build_scaffold_policy(

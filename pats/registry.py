@@ -1,4 +1,6 @@
-"""Registries by name for the extension points; an unknown name is answered with the known ones."""
+"""Registries by name for the extension points another package may add to (environments, by entry
+point: pats.spec.environments); an unknown name is answered with the known ones. Judge, reviser and
+backend kinds are the spec's closed unions, found in plain dicts (pats.build, pats.engine.run)."""
 
 from __future__ import annotations
 
@@ -37,9 +39,3 @@ class Registry(Generic[T]):
 
 ENVIRONMENTS: Registry[Callable] = Registry("environment")
 """environment kind -> factory(section) -> Env; built-ins in pats.envs, others by entry point."""
-JUDGES: Registry[Callable] = Registry("judge")
-"""judge.kind -> builder(spec) -> Judge (pats.build)."""
-REVISERS: Registry[Callable] = Registry("reviser")
-"""reviser.kind -> builder(spec, rules) -> (reviser, fallback) (pats.build)."""
-BACKENDS: Registry[Callable] = Registry("backend")
-"""trainer.backend -> builder(spec, make_env) -> PolicyBackend for the pats engine (pats.engine.run)."""

@@ -1,4 +1,5 @@
-"""Every kind a spec may name has a builder in its registry (pats.registry), and nothing else does."""
+"""Every kind a spec may name has a builder (pats.registry for environments; plain dicts for the
+spec's closed judge, reviser and backend unions), and nothing else does."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from typing import get_args
 
 import pytest
 
-import pats.build  # noqa: F401  (registers the judges and revisers)
-import pats.engine.run  # noqa: F401  (registers the backends)
 import pats.envs  # noqa: F401  (registers the environments)
+from pats.build import JUDGE_BUILDERS, REVISER_BUILDERS
+from pats.engine.run import TRAINERS
 from pats.errors import PrerequisiteError
-from pats.registry import BACKENDS, ENVIRONMENTS, JUDGES, REVISERS
+from pats.registry import ENVIRONMENTS
 from pats.spec.environments import SECTIONS
 from pats.spec.models import JudgeSpec, ReviserSpec, TrainerSpec
 
@@ -22,14 +23,14 @@ def tags(union) -> list[str]:
 
 
 def test_each_spec_kind_has_exactly_one_builder():
-    assert JUDGES.names() == tags(JudgeSpec) == ["llm", "stats"]
-    assert REVISERS.names() == tags(ReviserSpec) == ["llm", "rules"]
-    assert BACKENDS.names() == tags(TrainerSpec) == ["local", "verl"]
+    assert sorted(JUDGE_BUILDERS) == tags(JudgeSpec) == ["llm", "stats"]
+    assert sorted(REVISER_BUILDERS) == tags(ReviserSpec) == ["llm", "rules"]
+    assert sorted(TRAINERS) == tags(TrainerSpec) == ["local", "verl"]
     assert set(ENVIRONMENTS.names()) >= set(SECTIONS)
 
 
 def test_an_unknown_name_lists_the_known_ones():
-    with pytest.raises(PrerequisiteError, match="no judge named 'oracle'; known: llm, stats"):
-        JUDGES.get("oracle")
+    with pytest.raises(PrerequisiteError, match="no environment named 'oracle'; known: .*twx"):
+        ENVIRONMENTS.get("oracle")
     with pytest.raises(ValueError, match="registered twice"):
-        JUDGES.register("stats")(lambda spec: None)
+        ENVIRONMENTS.register("twx")(lambda section: None)

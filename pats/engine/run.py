@@ -28,7 +28,7 @@ from pats.engine.sampler import TaskSampler
 from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
 from pats.logging.sinks import WandbSink
-from pats.registry import BACKENDS, ENVIRONMENTS
+from pats.registry import ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
 from pats.spec.loader import missing_files
 from pats.step_end import restore
@@ -94,24 +94,16 @@ def make_env_factory(spec: ExperimentSpec):
     return lambda: make(spec.environment)
 
 
-@BACKENDS.register("local")
-def _local_backend(spec: ExperimentSpec, make_env):
+def make_backend(spec: ExperimentSpec, make_env):
+    """The policy backend the pats engine drives: the local one (verl trains through its own trainer)."""
+    if spec.trainer.backend != "local":
+        raise PrerequisiteError(
+            f"trainer.backend: {spec.trainer.backend} trains through its own trainer, not the pats "
+            "engine; `pats run SPEC` launches it (see docs/verl.md)"
+        )
     from pats.backends.local.backend import LocalBackend
 
     return LocalBackend(spec, make_env)
-
-
-@BACKENDS.register("verl")
-def _verl_backend(spec: ExperimentSpec, make_env):
-    raise PrerequisiteError(
-        "trainer.backend: verl trains through verl's own trainer, not the pats engine; "
-        "`pats run SPEC` launches it (see docs/verl.md)"
-    )
-
-
-def make_backend(spec: ExperimentSpec, make_env):
-    """The policy backend the engine drives, by `trainer.backend` (pats.registry.BACKENDS)."""
-    return BACKENDS.get(spec.trainer.backend)(spec, make_env)
 
 
 async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = None) -> Path:
@@ -295,20 +287,29 @@ def check_inputs(spec: ExperimentSpec) -> None:
     preflight(spec)
 
 
+def _train_locally(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None) -> Path:
+    return asyncio.run(train(spec, run_dir, state))
+
+
+def _train_with_verl(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None) -> Path:
+    """verl resumes from its own checkpoints under <run_dir>/checkpoints (resume_mode=auto), and the
+    scaffold service cuts the scaffold side back to their step (pats.backends.verl.service)."""
+    from pats.backends.verl.launch import run_verl
+
+    return run_verl(spec, run_dir)
+
+
+# trainer.backend -> how a run of that backend trains, fresh (state None) or resumed: the one lookup
+# `pats run` and `pats run --resume` use for both backends (its keys are the spec's backend kinds).
+TRAINERS = {"local": _train_locally, "verl": _train_with_verl}
+
+
 def run_spec(spec: ExperimentSpec) -> Path:
     check_inputs(spec)
-    if spec.trainer.backend == "verl":
-        from pats.backends.verl.launch import run_verl
-
-        return run_verl(spec, new_run(spec))
-    return asyncio.run(train(spec, new_run(spec)))
+    return TRAINERS[spec.trainer.backend](spec, new_run(spec), None)
 
 
 def resume(run_dir: Path) -> Path:
     spec, state = load_run(run_dir)
     check_inputs(spec)
-    if spec.trainer.backend == "verl":  # verl resumes from <run_dir>/checkpoints (resume_mode=auto)
-        from pats.backends.verl.launch import run_verl
-
-        return run_verl(spec, run_dir)
-    return asyncio.run(train(spec, run_dir, state))
+    return TRAINERS[spec.trainer.backend](spec, run_dir, state)
