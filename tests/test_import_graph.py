@@ -1,5 +1,6 @@
-"""Dependencies go one way: no cycle between pats' packages (imports inside functions included), and
-no backend imports the local engine (issue 15)."""
+"""Dependencies go one way: no cycle between pats' packages nor between the modules inside one
+(imports inside functions and under TYPE_CHECKING included), and no backend imports the local engine
+(issue 15)."""
 
 from __future__ import annotations
 
@@ -24,37 +25,66 @@ def package(module: str) -> str:
     return ".".join(parts[:3] if len(parts) > 2 and parts[1] == "backends" else parts[:2])
 
 
-def package_graph() -> dict[str, set[str]]:
+def module_graph() -> dict[str, set[str]]:
+    """module -> the pats modules it imports. `from pkg import name` counts as an import of the module
+    pkg.name where there is one, else of pkg (its __init__)."""
     mods = modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pats"):
-                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                    for a in node.names
+                ]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 continue
-            for target in (t for t in targets if t in mods and package(t) != package(name)):
-                graph[package(name)].add(package(target))
+            graph[name] |= {t for t in targets if t in mods and t != name}
     return graph
 
 
-def test_no_cycle_between_packages():
-    graph = package_graph()
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, targets in module_graph().items():
+        graph[package(name)] |= {package(t) for t in targets if package(t) != package(name)}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph, or None."""
     state: dict[str, int] = {}  # 1 on the path, 2 done
 
-    def visit(node: str, path: list[str]) -> None:
+    def visit(node: str, path: list[str]) -> list[str] | None:
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
-            assert state.get(nxt) != 1, "import cycle: " + " -> ".join([*path, nxt])
-            if nxt not in state:
-                visit(nxt, [*path, nxt])
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
         state[node] = 2
+        return None
 
     for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return None
+
+
+def test_no_cycle_between_packages():
+    found = cycle(package_graph())
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_no_cycle_between_modules():
+    found = cycle(module_graph())
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_a_cycle_is_found():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_backends_never_import_the_engine():

@@ -33,7 +33,8 @@ def _uncached_scores(policy, prompt, actions, normalization):
     """Each prompt + action scored by its own plain forward pass over full logits."""
     scores = []
     for action in actions:
-        ids, mask = policy.action_token_ids(prompt, action)
+        item = TrainItem.of(prompt, policy.action_ids(action), advantage=0.0)
+        ids, mask = list(item.input_ids), list(item.loss_mask)
         with torch.no_grad():
             logits = policy.model(input_ids=torch.tensor([ids])).logits[0].float()  # (T, V)
         logprobs = torch.gather(logits[:-1].log_softmax(-1), -1, torch.tensor(ids[1:]).unsqueeze(-1))
@@ -85,8 +86,8 @@ def test_generate_stops_at_eos_or_the_limit(policy, prompt):
 
 
 def test_update_raises_the_positive_sequence(policy, prompt):
-    good = TrainItem(*policy.action_token_ids(prompt, "open fridge"), advantage=1.0)
-    bad = TrainItem(*policy.action_token_ids(prompt, "inventory"), advantage=-1.0)
+    good = TrainItem.of(prompt, policy.action_ids("open fridge"), advantage=1.0)
+    bad = TrainItem.of(prompt, policy.action_ids("inventory"), advantage=-1.0)
     before = _trainable(policy), _response_logprob(policy, good), _response_logprob(policy, bad)
     stats = policy.update([good, bad])
     assert stats["steps"] == 1 and stats["skipped"] == 0 and stats["items"] == 2
@@ -106,14 +107,14 @@ def test_choice_update_raises_the_chosen_probability(policy, prompt):
 
 def test_kl_to_the_reference_is_reported_once_the_adapter_moved(policy, prompt, monkeypatch):
     monkeypatch.setattr(policy, "trainer", policy.trainer.model_copy(update={"kl_coef": 0.1}))
-    item = TrainItem(*policy.action_token_ids(prompt, "go north"), advantage=0.5)
+    item = TrainItem.of(prompt, policy.action_ids("go north"), advantage=0.5)
     stats = policy.update([item])
     assert stats["kl"] > 0 and stats["steps"] == 1
 
 
 @pytest.mark.parametrize("advantage", [0.0, float("nan")])
 def test_no_signal_or_nonfinite_skips_the_step(policy, prompt, advantage):
-    items = [TrainItem(*policy.action_token_ids(prompt, a), advantage=advantage) for a in ACTIONS[:2]]
+    items = [TrainItem.of(prompt, policy.action_ids(a), advantage=advantage) for a in ACTIONS[:2]]
     before = _trainable(policy)
     optimizer_state = {k: v["step"].clone() for k, v in policy.optimizer.state.items()}
     stats = policy.update(items)
@@ -124,13 +125,13 @@ def test_no_signal_or_nonfinite_skips_the_step(policy, prompt, advantage):
 
 
 def test_save_load_round_trip(policy, prompt, tmp_path):
-    policy.update([TrainItem(*policy.action_token_ids(prompt, "look"), advantage=1.0)])  # Adam state
+    policy.update([TrainItem.of(prompt, policy.action_ids("look"), advantage=1.0)])  # Adam state
     policy.save(tmp_path / "ckpt")
     policy.save(tmp_path / "ckpt")  # overwriting an existing checkpoint works
     saved_scores = policy.score_actions(prompt, ACTIONS)
     saved_sample = policy.choose(prompt, ACTIONS, greedy=False)[0]
     step = {k: v["step"].clone() for k, v in policy.optimizer.state.items()}
-    policy.update([TrainItem(*policy.action_token_ids(prompt, "look"), advantage=-1.0)])
+    policy.update([TrainItem.of(prompt, policy.action_ids("look"), advantage=-1.0)])
     assert not torch.equal(policy.score_actions(prompt, ACTIONS), saved_scores)
     policy.load(tmp_path / "ckpt")
     assert torch.equal(policy.score_actions(prompt, ACTIONS), saved_scores)
@@ -165,15 +166,15 @@ def test_full_fine_tuning_with_a_frozen_reference(tiny_model_dir, tmp_path):
     policy = LocalPolicy(PolicySpec(model=str(tiny_model_dir), lora=None), trainer, seed=1)
     assert policy.reference is not None and len(policy.params) == len(list(policy.model.parameters()))
     prompt = policy.chat_ids("system", "user")
-    good = TrainItem(*policy.action_token_ids(prompt, "yes"), advantage=1.0)
-    first = policy.update([good, TrainItem(*policy.action_token_ids(prompt, "no"), advantage=-1.0)])
+    good = TrainItem.of(prompt, policy.action_ids("yes"), advantage=1.0)
+    first = policy.update([good, TrainItem.of(prompt, policy.action_ids("no"), advantage=-1.0)])
     assert first["kl"] == 0.0  # the policy still equals its reference before the first step
     before = _response_logprob(policy, good)
     second = policy.update([good])
     assert second["kl"] > 0 and _response_logprob(policy, good) > before
     policy.save(tmp_path / "full")
     scores = policy.score_actions(prompt, ["yes", "no"])
-    policy.update([TrainItem(*policy.action_token_ids(prompt, "yes"), advantage=-1.0)])
+    policy.update([TrainItem.of(prompt, policy.action_ids("yes"), advantage=-1.0)])
     policy.load(tmp_path / "full")
     assert torch.equal(policy.score_actions(prompt, ["yes", "no"]), scores)
 
@@ -227,7 +228,7 @@ def test_second_epoch_is_off_policy_and_clipped(tiny_model_dir, lora):
         ("sure thing", 0.5),
         ("not now", -0.5),
     ]
-    items = [TrainItem(*policy.action_token_ids(prompt, a), advantage=adv) for a, adv in answers]
+    items = [TrainItem.of(prompt, policy.action_ids(a), advantage=adv) for a, adv in answers]
     stats = policy.update(items)
     assert stats["steps"] == 3
     assert stats["approx_kl"] > 0 and stats["clip_frac"] > 0

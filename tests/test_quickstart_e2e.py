@@ -139,9 +139,9 @@ def test_empty_view_prompt_is_byte_identical_to_the_plain_prompt(repo):
         spec.environment.window,
     )
     bare = Episode("e", task, EMPTY_VIEW, state=state, history=history)
-    assert backend._prompt_ids(bare, list(state.admissible)) == chat(plain.system, plain.user)
+    assert backend.prompt_ids(bare, list(state.admissible)) == chat(plain.system, plain.user)
     view = ScaffoldView(version="v1", text="Guidance: take apple first.", tokens=7)
-    guided = backend._prompt_ids(
+    guided = backend.prompt_ids(
         Episode("e", task, view, state=state, history=history), list(state.admissible)
     )
     assert guided != chat(plain.system, plain.user) and "Guidance: take apple first." in guided

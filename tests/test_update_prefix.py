@@ -76,10 +76,10 @@ def _sequences(policy):
     hallway = policy.chat_ids(RULES, "Observation: Nothing happens.")
     laundry = policy.chat_ids(LAUNDRY_RULES, "Observation: You are in the laundry room.")
     return [
-        TrainItem(*policy.action_token_ids(kitchen, "take red apple"), advantage=1.0, weight=0.5),
-        TrainItem(*policy.action_token_ids(hallway, "look around"), advantage=-1.0, weight=0.5),
-        TrainItem(*policy.action_token_ids(kitchen, "open the fridge, then look"), advantage=-0.5),
-        TrainItem(*policy.action_token_ids(laundry, "take dirty socks"), advantage=0.7, weight=0.25),
+        TrainItem.of(kitchen, policy.action_ids("take red apple"), advantage=1.0, weight=0.5),
+        TrainItem.of(hallway, policy.action_ids("look around"), advantage=-1.0, weight=0.5),
+        TrainItem.of(kitchen, policy.action_ids("open the fridge, then look"), advantage=-0.5),
+        TrainItem.of(laundry, policy.action_ids("take dirty socks"), advantage=0.7, weight=0.25),
     ]
 
 

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import torch
 
-from pats.backends.local.grpo import action_distribution, group_advantages
+from pats.backends.local.grpo import group_advantages
+from pats.backends.local.items import ChoiceItem, TrainItem
 from pats.backends.local.policy import LocalPolicy
-from pats.backends.local.reliance import ExpertPair, action_nll
 from pats.backends.local.scoring import PrefixStore
-from pats.backends.local.training import ChoiceItem, TrainItem
 from pats.envs.prompting import instructions, render_prompt
 from pats.episode import Act, Episode, read_output
 from pats.protocols import Env, GroupPlan, Played
@@ -107,18 +106,6 @@ class LocalBackend:
         seats = await self.play(episodes, greedy=self.spec.eval.greedy)
         return [s.episode.record(scaffolded=not s.episode.view.empty) for s in seats]
 
-    def expert_nll(self, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]) -> list[float]:
-        """NLL of each pair's expert action under the policy's action distribution, with the pair's
-        view in the prompt (score mode; see reliance.py)."""
-        out = []
-        for i, (pair, view) in enumerate(zip(pairs, views, strict=True)):
-            ep = Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
-            actions = list(pair.state.admissible)
-            scores = self.policy.score_actions(self._prompt_ids(ep, actions), actions).double()
-            probs = action_distribution(scores, self.spec.policy.temperature)
-            out.append(action_nll(probs, actions.index(pair.action)))
-        return out
-
     def save(self, directory: Path) -> None:
         self.policy.save(directory / "policy")
 
@@ -163,8 +150,11 @@ class LocalBackend:
         )
         return with_scaffold(parts.system, system_view), parts.user
 
-    def _prompt_ids(self, ep: Episode, admissible) -> list[int]:
+    def prompt_ids(self, ep: Episode, admissible) -> list[int]:
+        """The token ids of the prompt the policy acts on at the episode's current state."""
         return self.policy.chat_ids(*self._prompt_parts(ep, admissible))
+
+    _prompt_ids = prompt_ids  # the old name, still called by bench/throughput.py
 
     def _act(self, live: list[Seat], greedy: bool, prefixes: PrefixStore | None = None) -> list[Act]:
         """Each live episode's action. Score mode scores all live episodes together, generate mode
@@ -215,10 +205,4 @@ class LocalBackend:
         """A stored turn as a training item, now that its episode's advantage is known."""
         if isinstance(stored, ScoredTurn):
             return self.policy.choice_item(stored.prompt, stored.actions, stored.chosen, advantage, weight)
-        prompt, response = stored.prompt, stored.response
-        return TrainItem(
-            input_ids=prompt + response,
-            loss_mask=(0,) * len(prompt) + (1,) * len(response),
-            advantage=advantage,
-            weight=weight,
-        )
+        return TrainItem.of(stored.prompt, stored.response, advantage, weight)

@@ -27,8 +27,9 @@ from torch import Tensor
 
 from pats.backends.local import grpo
 from pats.backends.local.device import require_device
+from pats.backends.local.items import ChoiceItem, TrainItem
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
-from pats.backends.local.training import ChoiceItem, TrainItem, run_update
+from pats.backends.local.training import run_update
 from pats.errors import BackendError
 from pats.models.files import resolve_model_dir
 from pats.spec.models import LocalTrainerSpec, PolicySpec
@@ -141,12 +142,6 @@ class LocalPolicy:
         """An action as the assistant writes it: its tokens, then the end-of-turn (eos) token.
         Tokenized alone; the template puts a newline before it, so no BPE merge crosses the seam."""
         return self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.eos_id]
-
-    def action_token_ids(self, prompt_ids: Sequence[int], action_text: str) -> tuple[list[int], list[int]]:
-        """(input_ids, loss_mask) for one prompt + response: the mask is 1 on the response's tokens,
-        the end token included, and 0 on the prompt."""
-        response = self.action_ids(action_text)
-        return list(prompt_ids) + response, [0] * len(prompt_ids) + [1] * len(response)
 
     def choice_item(
         self, prompt_ids: Sequence[int], actions: Sequence[str], chosen: int, advantage: float, weight=1.0

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pats.backends.local.grpo import action_distribution
+from pats.episode import Episode
 from pats.errors import EnvironmentFault
 from pats.protocols import Env, StepResult
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
@@ -63,13 +65,28 @@ async def _replay(env: Env, task: Task) -> list[ExpertPair]:
     return pairs if won else []
 
 
+def expert_nll(
+    backend: LocalBackend, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]
+) -> list[float]:
+    """NLL of each pair's expert action under the policy's action distribution, with the pair's view
+    in the prompt the backend would act on (score mode)."""
+    out = []
+    for i, (pair, view) in enumerate(zip(pairs, views, strict=True)):
+        ep = Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
+        actions = list(pair.state.admissible)
+        scores = backend.policy.score_actions(backend.prompt_ids(ep, actions), actions).double()
+        probs = action_distribution(scores, backend.spec.policy.temperature)
+        out.append(action_nll(probs, actions.index(pair.action)))
+    return out
+
+
 @dataclass
 class LikelihoodGap:
     backend: LocalBackend
     pairs: Sequence[ExpertPair]
 
     def nll(self, views: Sequence[ScaffoldView]) -> list[float]:
-        return self.backend.expert_nll(self.pairs, views)
+        return expert_nll(self.backend, self.pairs, views)
 
     def measure(
         self, view_for: Callable[[Task], ScaffoldView] | None, prefix: str = "eval"

@@ -25,8 +25,7 @@ from pats.backends.local import grpo
 from pats.backends.local.scoring import CACHE_ROWS, PrefixStore, score_batch
 
 if TYPE_CHECKING:
-    from pats.backends.local.policy import LocalPolicy
-    from pats.backends.local.training import TrainItem
+    from pats.backends.local.items import TrainItem, Updatable
 
 # Suffix tokens per pass with gradients. Measured on 16 decisions of 318-token prompts (155 shared),
 # SmolLM2-135M fp32, 1 thread: 512 tokens (2 decisions) per pass peaks 1.8 GB above the model, like the
@@ -105,7 +104,7 @@ class SharedPrefix:
     """One prompt prefix's keys/values, computed once (with gradients when enabled), for the passes
     over its decisions' suffixes; `backward` then sends their gradient through the prefix's pass."""
 
-    def __init__(self, policy: LocalPolicy, model, prefix: tuple[int, ...]):
+    def __init__(self, policy: Updatable, model, prefix: tuple[int, ...]):
         self.policy, self.model, self.prefix = policy, model, prefix
         self.store = PrefixStore()
         self._graph: list[tuple[Tensor, Tensor]] = []  # (key or value as computed, its detached copy)

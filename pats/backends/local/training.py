@@ -1,6 +1,6 @@
 """One GRPO update of the local policy: PPO-clip over the rollouts' policy tokens, optional KL.
 
-Items come in two kinds:
+Items (pats.backends.local.items) come in two kinds:
 - `TrainItem` (generate mode): a token sequence whose loss mask marks the policy's own tokens;
 - `ChoiceItem` (score mode): one decision among K candidate actions. The trained quantity is the
   exact log-probability of the chosen action under the policy's real distribution,
@@ -34,84 +34,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from pats.backends.local import grpo
+from pats.backends.local.items import ChoiceItem, Item, TrainItem, Updatable
 from pats.backends.local.scoring import supports_batching
 from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups, right_padded
-from pats.spec.models import LocalTrainerSpec, PolicySpec
 
-
-class Updatable(Protocol):
-    """What an update needs of the policy (pats.backends.local.policy.LocalPolicy, which calls
-    `run_update` with itself); a Protocol so this module does not import the policy's."""
-
-    spec: PolicySpec
-    trainer: LocalTrainerSpec
-    device: torch.device
-    pad_id: int
-    model: torch.nn.Module
-    params: list[Tensor]
-    optimizer: torch.optim.Optimizer
-
-    def autocast_context(self) -> AbstractContextManager: ...
-
-    def bf16_weights(self) -> AbstractContextManager: ...
-
-    def candidate_scores(
-        self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None
-    ) -> Tensor: ...
-
-    def reference_model(self) -> AbstractContextManager[torch.nn.Module]: ...
-
-
-@dataclass(frozen=True)
-class TrainItem:
-    """A prompt + response token sequence; loss_mask is 1 on the policy's own tokens."""
-
-    input_ids: tuple[int, ...]
-    loss_mask: tuple[int, ...]
-    advantage: float
-    weight: float = 1.0  # share of its episode, e.g. 1 / turns, so every episode counts once
-
-    def __post_init__(self):
-        object.__setattr__(self, "input_ids", tuple(self.input_ids))
-        object.__setattr__(self, "loss_mask", tuple(self.loss_mask))
-        if len(self.input_ids) != len(self.loss_mask):
-            raise ValueError(f"{len(self.input_ids)} input ids but {len(self.loss_mask)} mask entries")
-        if not any(self.loss_mask[1:]):
-            raise ValueError("loss_mask marks no token after the first: nothing to train")
-        if self.weight <= 0:
-            raise ValueError(f"weight must be positive, got {self.weight}")
-
-
-@dataclass(frozen=True)
-class ChoiceItem:
-    """A score-mode decision: the prompt, each candidate's tokens (end token included), the choice."""
-
-    prompt_ids: tuple[int, ...]
-    candidates: tuple[tuple[int, ...], ...]
-    chosen: int
-    advantage: float
-    weight: float = 1.0
-
-    def __post_init__(self):
-        object.__setattr__(self, "prompt_ids", tuple(self.prompt_ids))
-        object.__setattr__(self, "candidates", tuple(tuple(c) for c in self.candidates))
-        if not 0 <= self.chosen < len(self.candidates):
-            raise ValueError(f"chosen {self.chosen} is not one of {len(self.candidates)} candidates")
-        if not self.prompt_ids or not all(self.candidates):
-            raise ValueError("the prompt and every candidate need at least one token")
-        if self.weight <= 0:
-            raise ValueError(f"weight must be positive, got {self.weight}")
-
-
-Item = TrainItem | ChoiceItem
 Decision = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (prompt ids, candidates)
 
 
