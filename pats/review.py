@@ -253,13 +253,8 @@ class Reviewer:
             min_citations=self.spec.min_citations,
             task_type=assessment.task_type,
             task_plans=self.spec.task_plans,
+            add_only=self.mode == "grow",
         )
-        if self.mode == "grow":
-            errors += [
-                f"edit {i}: mode grow only adds entries"
-                for i, e in enumerate(edits)
-                if not isinstance(e, AddEdit)
-            ]
         return errors
 
     def _usage(self) -> LLMUsage:

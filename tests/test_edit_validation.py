@@ -8,9 +8,8 @@ import random
 import pytest
 
 from pats.reviser import validate_edits
-from pats.reviser.validate import similarity
 from pats.scaffold import EditError, ScaffoldStore
-from pats.scaffold.validate import edit_problems
+from pats.scaffold.validate import edit_problems, similarity
 from pats.testing import card_facts
 from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
 
@@ -60,7 +59,9 @@ def delete(entry_id: str, cites=CITES) -> DeleteEdit:
 
 @pytest.fixture
 def check(count_tokens):
-    def _check(edits, mode, *, removal=True, min_citations=2, entries=ENTRIES, task_plans=True):
+    def _check(
+        edits, mode, *, removal=True, min_citations=2, entries=ENTRIES, task_plans=True, add_only=False
+    ):
         return validate_edits(
             edits,
             mode,
@@ -71,6 +72,7 @@ def check(count_tokens):
             removal=removal,
             min_citations=min_citations,
             task_type="twc",
+            add_only=add_only,
         )
 
     return _check
@@ -108,6 +110,13 @@ def test_a_valid_set_passes(check, mode):
 @pytest.mark.parametrize("removal", [True, False])
 def test_the_empty_set_is_valid_in_every_mode(check, mode, removal):
     assert check([], mode, removal=removal) == []
+
+
+def test_grow_accepts_adds_only(check):
+    assert check(VALID[E], E, add_only=True) == []
+    problems = check(VALID[R], R, add_only=True)
+    grow = [p for p in problems if "mode grow only adds entries" in p]
+    assert [p.split(" ")[:3] for p in grow] == [["edit", "2", "(UPDATE"], ["edit", "3", "(DELETE"]]
 
 
 def test_unknown_card(check):

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pats.errors import JudgeError
 from pats.lm import LLMCaller, prompt_file, read_prompt_file, render_assessment, render_cards, render_entries
 from pats.protocols import Judge
-from pats.reviser.validate import type_entries
+from pats.scaffold.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget
 from pats.types import Assessment, EvidenceCard, LLMUsage, RolloutGroup, ScaffoldEntry, Verdict
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pats.reviser.validate import type_entries
+from pats.scaffold.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget, StatsJudgeSpec
 from pats.types import (
     Assessment,

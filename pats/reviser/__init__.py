@@ -2,6 +2,6 @@
 
 from pats.reviser.llm import LLMReviser, load_reviser_prompt
 from pats.reviser.rules import RulesReviser
-from pats.reviser.validate import MODE_BUDGETS, validate_edits
+from pats.scaffold.validate import MODE_BUDGETS, validate_edits
 
 __all__ = ["MODE_BUDGETS", "LLMReviser", "RulesReviser", "load_reviser_prompt", "validate_edits"]

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
-from pats.reviser.validate import MODE_BUDGETS, is_near_duplicate, type_entries
+from pats.scaffold.validate import MODE_BUDGETS, is_near_duplicate, type_entries
 from pats.spec.models import ScaffoldBudget
 from pats.types import (
     AddEdit,
@@ -82,13 +82,14 @@ MISTAKES = {
 
 
 class RulesReviser:
-    """Reviser protocol implementation. `mode_of_scaffold`: static never edits, grow only adds."""
+    """Reviser protocol implementation. `mode_of_scaffold`: grow only adds (mode static builds no
+    reviser at all, see pats.build)."""
 
     def __init__(
         self,
         removal: bool,
         min_citations: int,
-        mode_of_scaffold: Literal["static", "grow", "pats"] = "pats",
+        mode_of_scaffold: Literal["grow", "pats"] = "pats",
         budget: ScaffoldBudget | None = None,
         task_plans: bool = True,
     ):
@@ -109,8 +110,6 @@ class RulesReviser:
         entries: Sequence[ScaffoldEntry],
         feedback: Sequence[str] = (),
     ) -> list[Edit]:
-        if self.mode_of_scaffold == "static":
-            return []
         t = assessment.task_type
         ev = _Evidence([c for c in cards if c.task_type == t], self.min_citations)
         view = type_entries(entries, t, ev.task_ids)

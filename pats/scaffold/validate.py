@@ -9,7 +9,9 @@ Two levels, one place for each rule:
 - `validate_edits(...)`: one task type's set at review, as a whole: `edit_problems` within the type's
   entries and scopes, plus cited cards exist; each edit cites at least `min_citations` distinct cards;
   the mode budgets in `MODE_BUDGETS`; COMPRESS lowers the type's token count; near-duplicates are
-  refused; `removal=False` forbids DELETE; `task_plans=False` forbids ADDs at task scope. A set it accepts is one the store accepts, so a refused set
+  refused; `removal=False` forbids DELETE; `task_plans=False` forbids ADDs at task scope;
+  `add_only=True` (scaffold mode grow) forbids all but ADD. A set it accepts is one the store accepts,
+  so a refused set
   goes back to the reviser (retried once with the errors, then the rules reviser answers) and never
   reaches the store.
 
@@ -101,6 +103,7 @@ def validate_edits(
     min_citations: int,
     task_type: str,
     task_plans: bool = True,
+    add_only: bool = False,
 ) -> list[str]:
     """Every problem of one task type's edit set for this mode (empty list: valid); the store's rules
     (`edit_problems`) are among them, checked within the type's entries and scopes."""
@@ -120,6 +123,12 @@ def validate_edits(
             f"for the whole type (scope type:{task_type}) or drop this ADD"
             for i, e in enumerate(edits)
             if isinstance(e, AddEdit) and e.scope.startswith("task:")
+        ]
+    if add_only:  # scaffold mode grow: a bank that only grows (SkillRL-like)
+        problems += [
+            f"{label(i, e)}: mode grow only adds entries; return ADD edits only"
+            for i, e in enumerate(edits)
+            if not isinstance(e, AddEdit)
         ]
 
     if mode is ReviewMode.COMPRESS and edits:
