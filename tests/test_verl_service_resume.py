@@ -126,6 +126,8 @@ async def test_the_service_refuses_a_checkpoint_it_has_no_scaffold_state_for(tmp
     (run_dir / TRACKER).write_text("1")
     resumed = ScaffoldService(spec, str(run_dir))
     task = Task(id="t", type="twc", split="train", env="twx")
-    with pytest.raises(PrerequisiteError, match="verl plays step 3 .*disagree"):
+    with pytest.raises(PrerequisiteError, match="verl plays step 3 .*scaffold of step 0.*disagree"):
         await resumed.pin("g3", task.model_dump_json(), 4)  # verl resumed from another checkpoint
+    with pytest.raises(PrerequisiteError, match="verl plays step 3"):
+        await resumed.pin("g3", task.model_dump_json(), 4)  # and every later pin of the job
     resumed.events.close()

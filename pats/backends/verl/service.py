@@ -44,7 +44,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pats.errors import PrerequisiteError, TrainingError
+from pats.errors import PatsError, PrerequisiteError, TrainingError
 from pats.step_end import STATES
 from pats.types import (
     EMPTY_VIEW,
@@ -161,7 +161,9 @@ class ScaffoldService:
         self.reviewed: set[int] = set()
         self.late_reports = 0
         self.first_step: int | None = resumed.step + 1 if resumed else 0  # None once checked
-        self.stopped: TrainingError | None = None  # k failed reviews in a row: every pin raises it
+        # k failed reviews in a row, or a first pin of another step than the restored one's next:
+        # every pin raises it, so verl's job stops.
+        self.stopped: PatsError | None = None
 
     # -- called by the agent loops -----------------------------------------------------------
 
@@ -189,14 +191,15 @@ class ScaffoldService:
         the scaffold would not match the policy verl restored."""
         expected, self.first_step = self.first_step, None
         if step != expected:
-            raise PrerequisiteError(
+            self.stopped = PrerequisiteError(
                 f"verl plays step {step} (global step {step + 1}) but the scaffold service restored "
-                f"the scaffold of the step before {expected} (from {self.run_dir / TRACKER}); they "
+                f"the scaffold of step {expected - 1} (from {self.run_dir / TRACKER}); they "
                 "disagree when verl resumes from another checkpoint (trainer.resume_from_path, "
                 "trainer.resume_mode) than its latest. Let verl resume from its latest checkpoint "
                 "(trainer.resume_mode=auto), or write the global step it resumes from into the tracker "
                 "file so the service restores that step"
             )
+            raise self.stopped
 
     async def view(self, task_json: str) -> ScaffoldView:
         """The current scaffold's view of a task (validation with the scaffold)."""
