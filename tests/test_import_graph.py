@@ -77,8 +77,20 @@ def test_no_cycle_between_packages():
     assert found is None, "import cycle: " + " -> ".join(found or [])
 
 
+# Edges left out of the module check until their owner breaks the circle, each with its reason.
+KNOWN = {
+    # models.py calls budget_issues; budget.py annotates with ExperimentSpec under TYPE_CHECKING
+    # (issue 26's verl budgets, merged while issue 24 extended this test).
+    ("pats.spec.budget", "pats.spec.models"),
+}
+
+
 def test_no_cycle_between_modules():
-    found = cycle(module_graph())
+    graph = module_graph()
+    for a, b in KNOWN:
+        assert b in graph[a], f"{a} no longer imports {b}: remove the pair from KNOWN"
+        graph[a] = graph[a] - {b}
+    found = cycle(graph)
     assert found is None, "import cycle: " + " -> ".join(found or [])
 
 
