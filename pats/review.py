@@ -65,6 +65,17 @@ class Committed:
     metrics: dict[str, float]
 
 
+@dataclass(frozen=True)
+class TypeRevision:
+    """One task type's part of a review: its validated edits, the notes of refused sets, whether the
+    rules reviser answered in the LLM reviser's place, and reviser calls cut off by the budget."""
+
+    edits: tuple[Edit, ...] = ()
+    refused: tuple[str, ...] = ()
+    fallback: bool = False
+    over_budget: int = 0
+
+
 class ScaffoldPolicy:
     """Which view each rollout group sees, the review after each step, and the step's end: one class
     for every mode, composed of parts chosen once from the spec (pats.build):
@@ -168,9 +179,9 @@ class Reviewer:
         refused: list[str] = []
         fallback = False
         over_budget = 0  # reviser calls this review cut off (the judge counts its own)
-        for type_edits, type_refused, type_fallback, type_over in outcomes:
-            over_budget += type_over
-            for edit in type_edits:
+        for outcome in outcomes:
+            over_budget += outcome.over_budget
+            for edit in outcome.edits:
                 if isinstance(edit, AddEdit):
                     edits.append(edit)
                     continue
@@ -180,10 +191,10 @@ class Reviewer:
                     continue
                 touched.add(edit.entry_id)
                 edits.append(edit)
-            refused += type_refused
-            fallback |= type_fallback
+            refused += outcome.refused
+            fallback |= outcome.fallback
         if outcomes:  # a step without task types asked no reviser: it neither extends nor ends a streak
-            replaced = all(type_fallback for _, _, type_fallback, _ in outcomes)
+            replaced = all(outcome.fallback for outcome in outcomes)
             self.fallback_streak = self.fallback_streak + 1 if replaced else 0
             if self.fallback_streak == FALLBACK_STREAK_WARNING:
                 _announce_streak(step, refused)
@@ -206,8 +217,7 @@ class Reviewer:
 
     async def _revise_type(
         self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard], deadline: float
-    ) -> tuple[list[Edit], list[str], bool, int]:
-        """(edits, refused-set notes, rules answered, calls cut by the budget) for one task type."""
+    ) -> TypeRevision:
         entries = self.store.entries_for_type(assessment.task_type)
         refused: list[str] = []
         feedback: list[str] = []
@@ -230,17 +240,17 @@ class Reviewer:
                 break
             errors = self._check(edits, assessment, entries, cards)
             if not errors:
-                return list(edits), refused, False, over
+                return TypeRevision(tuple(edits), tuple(refused), False, over)
             refused.append(f"{assessment.task_type} attempt {attempt + 1}: " + "; ".join(errors))
             feedback = errors
         if self.reviser is self.fallback:
-            return [], refused, False, over
+            return TypeRevision((), tuple(refused), False, over)
         edits = await self.fallback.revise(step, assessment, cards, entries)
         errors = self._check(edits, assessment, entries, cards)
         if errors:
             refused.append(f"{assessment.task_type} fallback: " + "; ".join(errors))
-            return [], refused, True, over
-        return list(edits), refused, True, over
+            return TypeRevision((), tuple(refused), True, over)
+        return TypeRevision(tuple(edits), tuple(refused), True, over)
 
     def _check(self, edits, assessment: Assessment, entries, cards) -> list[str]:
         errors = validate_edits(
