@@ -107,7 +107,18 @@ class WandbSink:
             artifact = wandb.Artifact(f"{self._name}-scaffold", type="scaffold")
             artifact.add_dir(str(folder))
             self._run.log_artifact(artifact)
-        self._run.finish()
+        finish(self._run)
+
+
+def finish(run) -> None:
+    """End a W&B run with its records on disk. wandb 0.31's `finish` can return before wandb-core
+    has written them (on a loaded machine the offline .wandb file held only its header when read
+    right after, and a process exiting then loses them); `teardown` waits for the service to flush
+    and stop (the next `wandb.init` starts it again, ~0.4 s)."""
+    import wandb
+
+    run.finish()
+    wandb.teardown()
 
 
 def log_report_artifact(
@@ -125,4 +136,4 @@ def log_report_artifact(
     artifact = wandb.Artifact(f"{name}-report", type="report")
     artifact.add_dir(str(run_dir / "report"))
     run.log_artifact(artifact)
-    run.finish()
+    finish(run)
