@@ -93,6 +93,25 @@ def test_sft_parquet_holds_one_chat_per_expert_episode(warm):
 
 
 @pytest.mark.slow
+def test_verl_multiturn_sft_dataset_reads_the_parquet_and_trains_only_the_actions(warm):
+    from pats.testing.verl import require_verl_or_skip
+
+    require_verl_or_skip()
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from pats.models.files import resolve_model_dir
+
+    _, out, report = warm
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir("smollm2-135m-instruct"))
+    dataset = MultiTurnSFTDataset(str(out / "sft.parquet"), tokenizer, {"max_length": 1024})
+    assert len(dataset) == report["tasks"]
+    trained = "".join(tokenizer.decode(r["input_ids"][r["loss_mask"].bool()]) for r in dataset)
+    examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert trained == "".join(f"<action>{e['action']}</action>{tokenizer.eos_token}\n" for e in examples)
+
+
+@pytest.mark.slow
 def test_init_adapter_starts_from_exactly_the_warm_started_weights(warm):
     from pats.backends.local.policy import LocalPolicy
     from pats.warm_start import Example, nlls
