@@ -9,17 +9,20 @@ expert plan as a task-scoped scaffold view (the text the rules reviser writes fr
 "Steps to try: ..."), placed where `scaffold.placement` puts it, every turn; the others carry none. So
 the policy learns to follow guidance when it is there, not to play one game.
 
-Training is the local backend's own update (training.run_update) with every advantage 1 and one
-epoch per call: the PPO ratio is exactly 1 (no clipping), so the gradient is that of the mean negative
-log-likelihood of the expert's choice. Score mode: a `ChoiceItem`, cross-entropy over the admissible actions (the
-distribution the policy acts from); generate mode: a `TrainItem`, the tokens of `<action>A</action>`
-and the end token. LoRA as `policy.lora`, from `policy.model` (never from `policy.init_adapter`).
+Training is the local backend's own update (training.run_update) with every advantage 1, one
+optimizer step per `batch_size` examples and one epoch per call: the PPO ratio is exactly 1 (no
+clipping), so the gradient is that of the mean negative log-likelihood of the expert's choice. Score
+mode: a `ChoiceItem`, cross-entropy over the admissible actions (the distribution the policy acts
+from); generate mode: a `TrainItem`, the tokens of `<action>A</action>` and the end token. LoRA as
+`policy.lora`, from `policy.model` (never from `policy.init_adapter`); the local trainer's other
+settings (threads, max_grad_norm, micro_batch, prefix sharing) apply.
 
 `<logging.root>/<name>/warm_start/` gets: `adapter/` (a PEFT adapter: give it to later specs as
-`policy.init_adapter`), `examples.jsonl` (one decision a line), `report.json` (examples, guided
-share, the expert choice's NLL with and without guidance before and after, seconds), `spec.yaml`
-(the resolved spec it ran), and `sft.parquet` (the same episodes as verl's multi-turn SFT dataset
-reads them: a `messages` column, one growing chat per episode as pats' verl agent loop renders it).
+`policy.init_adapter`), `examples.jsonl` (one decision a line, with its NLL before and after),
+`report.json` (examples, guided share, the expert choice's mean NLL with and without guidance and on
+the guided examples, before and after, updates, seconds), `spec.yaml` (the resolved spec it ran), and
+`sft.parquet` (the same episodes as verl's multi-turn SFT dataset reads them: a `messages` column, one
+growing chat per episode as pats' verl agent loop renders it).
 
 Departures: the guided/unguided split is per task (an episode is guided throughout), so the guided
 share of examples is close to, not exactly, `guided_fraction`; examples are expert decisions only

@@ -1,6 +1,7 @@
-"""The warm start (pats.warm_start): a tiny behaviour cloning on 2 coin tasks (5 decisions) through the real CLI
-lowers the expert choice's NLL on its own guided examples; its files load; a spec with
-`policy.init_adapter` starts from exactly those weights; the spec refuses cloning the run's own game."""
+"""The warm start (pats.warm_start): a tiny behaviour cloning on 2 coin tasks (5 decisions) through the
+real CLI lowers the expert choice's NLL on its own guided examples; its files load (verl's own SFT
+dataset reads the parquet); a spec with `policy.init_adapter` starts from exactly those weights; the spec
+refuses cloning the run's own game."""
 
 from __future__ import annotations
 
