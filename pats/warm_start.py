@@ -18,11 +18,12 @@ from); generate mode: a `TrainItem`, the tokens of `<action>A</action>` and the 
 settings (threads, max_grad_norm, micro_batch, prefix sharing) apply.
 
 `<logging.root>/<name>/warm_start/` gets: `adapter/` (a PEFT adapter: give it to later specs as
-`policy.init_adapter`), `examples.jsonl` (one decision a line, with its NLL before and after),
-`report.json` (examples, guided share, the expert choice's mean NLL with and without guidance and on
-the guided examples, before and after, updates, seconds), `spec.yaml` (the resolved spec it ran), and
-`sft.parquet` (the same episodes as verl's multi-turn SFT dataset reads them: a `messages` column, one
-growing chat per episode as pats' verl agent loop renders it).
+`policy.init_adapter`), `examples.jsonl` (one decision a line, with its NLL before and after where
+measured), `report.json` (examples, guided share, the expert choice's mean NLL with and without
+guidance and on the guided examples, before and after, over the decisions of the first `report_tasks`
+tasks; updates, seconds), `spec.yaml` (the resolved spec it ran), and `sft.parquet` (the same episodes
+as verl's multi-turn SFT dataset reads them: a `messages` column, one growing chat per episode as pats'
+verl agent loop renders it).
 
 Departures: the guided/unguided split is per task (an episode is guided throughout), so the guided
 share of examples is close to, not exactly, `guided_fraction`; examples are expert decisions only
@@ -223,18 +224,19 @@ def _items(policy, examples: Sequence[Example], score: bool) -> list:
 
 
 def _measure(
-    policy, train, with_plan, without, score: bool, when: str
-) -> tuple[dict[str, float], list[float]]:
-    """The report's NLLs at `when` (before, after): every decision without guidance and with its task's
-    plan, and the training examples that carry it; and each training example's own NLL."""
-    w, wo = nlls(policy, with_plan, score), nlls(policy, without, score)
-    own = [w[i] if ex.guided else wo[i] for i, ex in enumerate(train)]
+    policy, train, with_plan, without, score: bool, when: str, measured: Sequence[int]
+) -> tuple[dict[str, float], dict[int, float]]:
+    """The report's NLLs at `when` (before, after) over the decisions `measured` (indices): without
+    guidance, with their task's plan, and on those training examples that carry it; and each measured
+    training example's own NLL."""
+    w = dict(zip(measured, nlls(policy, [with_plan[i] for i in measured], score), strict=True))
+    wo = dict(zip(measured, nlls(policy, [without[i] for i in measured], score), strict=True))
     return {
-        f"nll_without_{when}": _mean(wo),
-        f"nll_with_{when}": _mean(w),
-        f"gap_{when}": _mean(wo) - _mean(w),
-        f"nll_guided_examples_{when}": _mean([w[i] for i, ex in enumerate(train) if ex.guided]),
-    }, own
+        f"nll_without_{when}": _mean(list(wo.values())),
+        f"nll_with_{when}": _mean(list(w.values())),
+        f"gap_{when}": _mean(list(wo.values())) - _mean(list(w.values())),
+        f"nll_guided_examples_{when}": _mean([w[i] for i in measured if train[i].guided]),
+    }, {i: w[i] if train[i].guided else wo[i] for i in measured}
 
 
 async def _run(spec: ExperimentSpec, out: Path) -> dict:
@@ -255,8 +257,11 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     report: dict = {"examples": len(train), "tasks": len({ex.task_id for ex in train}),
                     "guided_share": _mean([float(ex.guided) for ex in train]),
                     "action": clone.policy.action, "placement": clone.scaffold.placement}  # fmt: skip
-    measured, before = _measure(policy, train, with_plan, without, score, "before")
-    report |= measured
+    tasks = list(dict.fromkeys(ex.task_id for ex in train))[: ws.report_tasks]
+    measured = [i for i, ex in enumerate(train) if ex.task_id in tasks]  # the NLLs cost ~ an epoch each
+    report["measured_examples"] = len(measured)
+    nll, before = _measure(policy, train, with_plan, without, score, "before", measured)
+    report |= nll
     order, updates = list(range(len(items))), 0
     rng = random.Random(spec.seed)
     for epoch in range(ws.epochs):
@@ -265,13 +270,13 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
             stats = policy.update([items[j] for j in order[i : i + ws.batch_size]])
             updates += int(stats["steps"])
         print(f"warm start: epoch {epoch + 1}/{ws.epochs} done, {time.time() - start:.0f} s", file=sys.stderr)
-    measured, after = _measure(policy, train, with_plan, without, score, "after")
-    report |= measured
+    nll, after = _measure(policy, train, with_plan, without, score, "after", measured)
+    report |= nll
     report |= {"updates": updates, "seconds": time.time() - start}
     policy.model.save_pretrained(out / "adapter")
     lines = "".join(
-        json.dumps(asdict(ex) | {"nll_before": b, "nll_after": a}) + "\n"
-        for ex, b, a in zip(train, before, after, strict=True)
+        json.dumps(asdict(ex) | {"nll_before": before.get(i), "nll_after": after.get(i)}) + "\n"
+        for i, ex in enumerate(train)
     )
     write_atomic(out / "examples.jsonl", lines)
     write_atomic(out / "spec.yaml", spec_to_yaml(spec))

@@ -62,7 +62,7 @@ def test_warm_start_lowers_the_nll_of_its_guided_examples_and_writes_its_files(w
     assert report["nll_guided_examples_after"] < report["nll_guided_examples_before"], report
     assert report["nll_with_after"] < report["nll_with_before"], report
     examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
-    assert len(examples) == report["examples"] > 0 and report["tasks"] == 2
+    assert len(examples) == report["examples"] == report["measured_examples"] > 0 and report["tasks"] == 2
     guided = [e for e in examples if e["guided"]]
     assert 0 < len(guided) < len(examples) and report["guided_share"] == len(guided) / len(examples)
     # Turn placement: the plan sits in the turn, next to the actions; unguided prompts carry none.

@@ -369,6 +369,12 @@ class WarmStartSpec(SpecModel):
     epochs: int = Field(3, ge=1, le=100, description="Passes over the examples.")
     lr: float = Field(1e-4, gt=0.0, lt=1.0)
     batch_size: int = Field(16, ge=1, description="Examples per optimizer step.")
+    report_tasks: int = Field(
+        16,
+        ge=1,
+        description="The report's NLLs (with and without guidance, before and after) are measured on "
+        "the decisions of the first N cloned tasks: measuring all of them costs about two epochs.",
+    )
 
 
 class LoggingSpec(SpecModel):
