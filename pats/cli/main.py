@@ -1,4 +1,4 @@
-"""`pats` command line: validate, show, run, report, scaffold, eval, export, schema and data.
+"""`pats` command line: validate, show, run, warm-start, report, scaffold, eval, export, schema and data.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -7,6 +7,7 @@ Errors from the pats error tree print without a traceback and exit with their co
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import warnings
@@ -131,6 +132,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         run_dir = run_spec(load_spec(specs[0], overrides))
     print(f"run finished: {run_dir}\nreport: pats report {run_dir}")
+    return 0
+
+
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    from pats.spec import load_spec
+    from pats.warm_start import warm_start
+
+    specs, overrides = _split_args(args.items)
+    if len(specs) != 1:
+        raise SpecError(f"`pats warm-start` takes one spec file, got {len(specs)}: {specs}")
+    out, report = warm_start(load_spec(specs[0], overrides))
+    print(json.dumps(report, indent=1))
+    print(f"wrote {out}/; start runs from it with policy.init_adapter={out / 'adapter'}")
     return 0
 
 
@@ -261,6 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("items", nargs="*", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "warm-start",
+        help="behaviour-clone expert plans of another game into a LoRA adapter later runs start from",
+        description="Run the spec's warm_start section: replay the expert plans of its environment's "
+        "training tasks, train policy.lora on them (part of the examples with the task's plan as "
+        "guidance), and write <logging.root>/<name>/warm_start/ (adapter/, examples.jsonl, report.json, "
+        "sft.parquet for verl). Later specs start from it with policy.init_adapter.",
+    )
+    p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
+    p.set_defaults(func=cmd_warm_start)
 
     p = sub.add_parser(
         "report",

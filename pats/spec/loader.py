@@ -49,7 +49,11 @@ FILE_KEYS = tuple(  # values that name files (or folders) a run reads
     for key in (
         "scaffold.initial_bank", "judge.rubric", "environment.data_dir", "environment.catalog",
         "environment.attributes", "environment.instructions", "environment.train_data",
-        "environment.eval_data", "environment.retriever.corpus",
+        "environment.eval_data", "environment.retriever.corpus", "policy.init_adapter",
+        "warm_start.environment.data_dir", "warm_start.environment.catalog",
+        "warm_start.environment.attributes", "warm_start.environment.instructions",
+        "warm_start.environment.train_data", "warm_start.environment.eval_data",
+        "warm_start.environment.retriever.corpus",
     )
 )  # fmt: skip
 # Keys that moved, old path -> new path: a spec (or a run directory's spec.yaml) written before the move

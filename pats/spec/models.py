@@ -52,6 +52,13 @@ class PolicySpec(SpecModel):
     score_normalization: Literal["mean", "sum"] = Field(
         "mean", description="score mode: mean token log-prob (length-normalized) or the plain sum."
     )
+    init_adapter: str | None = Field(
+        None,
+        description="A LoRA adapter folder the policy starts from instead of fresh adapters, e.g. "
+        "<logging.root>/<name>/warm_start/adapter written by `pats warm-start`; it must have been trained "
+        "with this policy.model and policy.lora. Every condition of a comparison can start from the same "
+        "one. verl: passed as actor_rollout_ref.model.lora_adapter_path.",
+    )
 
 
 class ScaffoldBudget(SpecModel):
@@ -350,6 +357,33 @@ class EvalSpec(SpecModel):
     )
 
 
+class WarmStartSpec(SpecModel):
+    """Behaviour cloning from expert plans before any RL (`pats warm-start SPEC`, pats.warm_start)."""
+
+    environment: EnvironmentSpec = Field(
+        description="The environment whose training-fold expert plans are cloned: another game family "
+        "than the run's own environment (e.g. twx coin or cookingworld for a twc run), so the policy "
+        "learns to read guidance rather than to play the game it is compared on."
+    )
+    num_tasks: int = Field(64, ge=1, description="Training-fold tasks whose expert plans are replayed.")
+    guided_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Share of examples whose prompt carries the task's own expert plan as a task-scoped "
+        "scaffold view, rendered where scaffold.placement puts it; the rest carry no guidance.",
+    )
+    epochs: int = Field(3, ge=1, le=100, description="Passes over the examples.")
+    lr: float = Field(1e-4, gt=0.0, lt=1.0)
+    batch_size: int = Field(16, ge=1, description="Examples per optimizer step.")
+    report_tasks: int = Field(
+        16,
+        ge=1,
+        description="The report's NLLs (with and without guidance, before and after) are measured on "
+        "the decisions of the first N cloned tasks: measuring all of them costs about two epochs.",
+    )
+
+
 class LoggingSpec(SpecModel):
     root: str = Field("runs", description="Runs are written to <root>/<name>.")
     wandb: Literal["offline", "online", "disabled"] = "offline"
@@ -369,6 +403,9 @@ class ExperimentSpec(SpecModel):
     trainer: TrainerSpec = Field(default_factory=LocalTrainerSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
+    warm_start: WarmStartSpec | None = Field(
+        None, description="Behaviour cloning before RL, run by `pats warm-start SPEC` (not by `pats run`)."
+    )
 
     @model_validator(mode="after")
     def _check_combinations(self):
@@ -478,5 +515,60 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 "verl puts LoRA adapters on every layer of target_modules; remove top_layers (the local "
                 "backend's update-speed option)",
             )
+        )
+    out += _warm_start_contradictions(spec)
+    return out
+
+
+def game_families(env) -> set[str]:
+    """The game families an environment section plays: a twx game, ALFWorld task types, else its kind."""
+    if env.kind == "twx":
+        return {f"twx:{env.game}"}
+    if env.kind == "alfworld":
+        return {f"alfworld:{t}" for t in env.task_types}
+    return {env.kind}
+
+
+def _warm_start_contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if spec.policy.init_adapter is not None and spec.policy.lora is None:
+        out.append(
+            (
+                "policy.init_adapter",
+                "an adapter needs LoRA; set policy.lora as the warm start trained it, or remove init_adapter",
+            )
+        )
+    ws = spec.warm_start
+    if ws is None:
+        return out
+    shared = sorted(game_families(ws.environment) & game_families(spec.environment))
+    if shared:
+        out.append(
+            (
+                "warm_start.environment",
+                f"the warm start would clone expert plans of the game the run trains and is compared on "
+                f"({', '.join(shared)}); clone another family instead, e.g. twx coin or cookingworld for "
+                "a twc run",
+            )
+        )
+    if not ws.environment.HAS_EXPERT:
+        out.append(
+            (
+                "warm_start.environment",
+                f"{ws.environment.kind} has no expert plans to clone; pick an environment that has them "
+                "(twx, alfworld)",
+            )
+        )
+    elif ws.environment.FREE_TEXT and spec.policy.action == "score":
+        out.append(
+            (
+                "warm_start.environment",
+                f"{ws.environment.kind} actions are free text and cannot be scored; use policy.action: "
+                "generate or clone twx or alfworld",
+            )
+        )
+    if spec.policy.lora is None:
+        out.append(
+            ("policy.lora", "the warm start trains a LoRA adapter; set policy.lora (null trains all weights)")
         )
     return out

@@ -106,6 +106,8 @@ class LocalPolicy:
                     f"cannot put LoRA on '{policy.model}': {err}; set policy.lora.target_modules to "
                     "linear layer names of this model (or policy.lora: null for full fine-tuning)"
                 ) from err
+            if policy.init_adapter is not None:
+                load_adapter(model, policy.init_adapter)
         elif trainer.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model.eval()
@@ -375,6 +377,31 @@ class LocalPolicy:
         self.generator.set_state(rng["sampler"])
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
+
+
+def load_adapter(model, folder: str | Path) -> None:
+    """Put a saved LoRA adapter's weights (`policy.init_adapter`, e.g. a warm start's) into `model`,
+    whose adapters must have the same shapes: the same policy.model and policy.lora."""
+    from peft import get_peft_model_state_dict
+    from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+    folder = Path(folder)
+    if not (folder / "adapter_config.json").is_file():
+        raise BackendError(
+            f"policy.init_adapter: {folder} holds no LoRA adapter (no adapter_config.json); give the "
+            "adapter folder `pats warm-start` wrote, <logging.root>/<name>/warm_start/adapter"
+        )
+    weights = load_peft_weights(str(folder), device=str(next(model.parameters()).device))
+    expected = get_peft_model_state_dict(model)
+    wrong = sorted(k for k in expected.keys() | weights.keys() if k not in weights or k not in expected
+                   or weights[k].shape != expected[k].shape)  # fmt: skip
+    if wrong:
+        raise BackendError(
+            f"policy.init_adapter: the adapter in {folder} does not fit this policy ({len(wrong)} tensors "
+            f"differ, e.g. {wrong[0]}): write the policy.model and policy.lora it was trained with (its "
+            "adapter_config.json, and the warm start's spec.yaml beside it)"
+        )
+    set_peft_model_state_dict(model, weights)
 
 
 def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[Tensor, Tensor]:

@@ -144,6 +144,8 @@ def verl_overrides(
             # The rollout engine loads the base weights from disk, then receives the adapter.
             "actor_rollout_ref.rollout.load_format=safetensors",
         ]
+        if pol.init_adapter is not None:  # verl loads it with PeftModel.from_pretrained (its config wins)
+            out.append(f"actor_rollout_ref.model.lora_adapter_path={pol.init_adapter}")
     if spec.logging.wandb != "disabled":
         # W&B runs inside Ray actors: its mode travels in the runtime env, not the shell.
         out += [

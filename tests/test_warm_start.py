@@ -1,0 +1,164 @@
+"""The warm start (pats.warm_start): a tiny behaviour cloning on 2 coin tasks (5 decisions) through the
+real CLI lowers the expert choice's NLL on its own guided examples; its files load (verl's own SFT
+dataset reads the parquet); a spec with `policy.init_adapter` starts from exactly those weights; the spec
+refuses cloning the run's own game."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pats.cli.main import main
+from pats.errors import BackendError, SpecError
+from pats.spec import load_spec
+
+COIN = "{numLocations: 2, numDistractorItems: 0, includeDoors: 0, limitInventorySize: 0}"
+SPEC = f"""\
+# Run: pats warm-start spec.yaml
+name: ws
+environment:
+  kind: twx
+  game: twc
+  params: {{numLocations: 1, numItemsToPutAway: 1, includeDoors: 0, limitInventorySize: 0}}
+policy:
+  action: score
+  lora: {{rank: 8, alpha: 16, top_layers: 4}}
+scaffold:
+  placement: turn
+trainer: {{threads: 1}}  # 2 threads on a busy 2-core machine run several times slower
+warm_start:
+  environment: {{kind: twx, game: coin, params: {COIN}, max_turns: 10}}
+  num_tasks: 2
+  guided_fraction: 0.5
+  epochs: 2
+  batch_size: 5
+  lr: 1.0e-3
+logging: {{root: runs, wandb: disabled}}
+"""
+
+
+def write_spec(folder: Path, text: str = SPEC) -> Path:
+    path = folder / "spec.yaml"
+    path.write_text(text.replace("root: runs", f"root: {folder / 'runs'}"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("warm")
+    path = write_spec(folder)
+    assert main(["warm-start", str(path)]) == 0
+    out = folder / "runs" / "ws" / "warm_start"
+    report = json.loads((out / "report.json").read_text())
+    return path, out, report
+
+
+@pytest.mark.slow
+def test_warm_start_lowers_the_nll_of_its_guided_examples_and_writes_its_files(warm):
+    path, out, report = warm
+    print(report)
+    assert report["nll_guided_examples_after"] < report["nll_guided_examples_before"], report
+    assert report["nll_with_after"] < report["nll_with_before"], report
+    examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert len(examples) == report["examples"] == report["measured_examples"] > 0 and report["tasks"] == 2
+    guided = [e for e in examples if e["guided"]]
+    assert 0 < len(guided) < len(examples) and report["guided_share"] == len(guided) / len(examples)
+    # Turn placement: the plan sits in the turn, next to the actions; unguided prompts carry none.
+    assert all("Steps to try:" in e["user"] and "Steps to try:" not in e["system"] for e in guided)
+    assert not any("Steps to try:" in e["user"] + e["system"] for e in examples if not e["guided"])
+    assert all(e["action"] in e["admissible"] for e in examples)
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    assert load_spec(out / "spec.yaml").warm_start.num_tasks == 2
+    assert main(["warm-start", str(path)]) == SpecError.exit_code, "a second warm start never overwrites"
+
+
+@pytest.mark.slow
+def test_sft_parquet_holds_one_chat_per_expert_episode(warm):
+    import pyarrow.parquet as pq
+
+    _, out, report = warm
+    rows = pq.read_table(out / "sft.parquet").to_pylist()
+    assert len(rows) == report["tasks"] and "messages" in rows[0]
+    decisions = 0
+    for row in rows:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles[:2] == ["system", "user"] and roles[2::2] == ["assistant"] * len(roles[2::2])
+        answers = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert all(a.startswith("<action>") and a.endswith("</action>") for a in answers)
+        users = " ".join(m["content"] for m in row["messages"] if m["role"] == "user")
+        assert ("Steps to try:" in users) == row["guided"]
+        decisions += len(answers)
+    assert decisions == report["examples"]
+
+
+@pytest.mark.slow
+def test_verl_multiturn_sft_dataset_reads_the_parquet_and_trains_only_the_actions(warm):
+    from pats.testing.verl import require_verl_or_skip
+
+    require_verl_or_skip()
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from pats.models.files import resolve_model_dir
+
+    _, out, report = warm
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir("smollm2-135m-instruct"))
+    dataset = MultiTurnSFTDataset(str(out / "sft.parquet"), tokenizer, {"max_length": 1024})
+    assert len(dataset) == report["tasks"]
+    trained = "".join(tokenizer.decode(r["input_ids"][r["loss_mask"].bool()]) for r in dataset)
+    examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert trained == "".join(f"<action>{e['action']}</action>{tokenizer.eos_token}\n" for e in examples)
+
+
+@pytest.mark.slow
+def test_init_adapter_starts_from_exactly_the_warm_started_weights(warm):
+    from pats.backends.local.policy import LocalPolicy
+    from pats.warm_start import Example, nlls
+
+    path, out, _ = warm
+    rows = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    examples = [Example(**{k: v for k, v in r.items() if not k.startswith("nll_")}
+                        | {"admissible": tuple(r["admissible"])}) for r in rows]  # fmt: skip
+    spec = load_spec(path, [f"policy.init_adapter={out / 'adapter'}"])
+    policy = LocalPolicy(spec.policy, spec.trainer, spec.seed)
+    # Scored together as the warm start scored them (bf16 batching changes a lone example's NLL by ~0.05).
+    assert nlls(policy, examples, score=True) == pytest.approx([r["nll_after"] for r in rows], abs=1e-4)
+    moved = max(abs(r["nll_after"] - r["nll_before"]) for r in rows)
+    assert moved > 0.05, "training moved nothing: the comparison would not tell the weights apart"
+
+    smaller = load_spec(path, [f"policy.init_adapter={out / 'adapter'}", "policy.lora.rank=4"])
+    with pytest.raises(BackendError, match="policy.lora"):
+        LocalPolicy(smaller.policy, smaller.trainer, smaller.seed)
+
+
+def test_spec_refuses_cloning_the_run_s_own_game(tmp_path):
+    path = write_spec(tmp_path, SPEC.replace("game: coin", "game: twc"))
+    with pytest.raises(SpecError, match=r"warm_start.environment: .*twx:twc.*clone another family"):
+        load_spec(path)
+
+
+def test_init_adapter_needs_lora_and_an_existing_folder(tmp_path):
+    path = write_spec(tmp_path)
+    with pytest.raises(SpecError, match="policy.init_adapter: an adapter needs LoRA"):
+        load_spec(path, [f"policy.init_adapter={tmp_path}", "policy.lora=null"])
+    assert main(["validate", str(path), f"policy.init_adapter={tmp_path / 'nowhere'}"]) == SpecError.exit_code
+
+
+def test_warm_start_without_a_section_says_what_to_add(tmp_path, capsys):
+    path = write_spec(tmp_path, SPEC.split("warm_start:")[0] + "logging: {root: runs, wandb: disabled}\n")
+    assert main(["warm-start", str(path)]) == SpecError.exit_code
+    assert "no warm_start section; add one" in capsys.readouterr().err
+
+
+def test_verl_gets_the_adapter_as_its_lora_adapter_path(tmp_path):
+    from pats.backends.verl.config import verl_overrides
+    from pats.testing.verl import twx_verl_spec
+
+    spec = load_spec(twx_verl_spec(tmp_path / "spec.yaml", root=tmp_path / "runs"),
+                     [f"policy.init_adapter={tmp_path}"])  # fmt: skip
+    overrides = verl_overrides(
+        spec, train_files="t", val_files="v", agent_loops="a", spec_path="s", run_dir="r", model_path="m"
+    )
+    assert f"actor_rollout_ref.model.lora_adapter_path={tmp_path}" in overrides
