@@ -3,12 +3,14 @@
 from pats.testing.cards import card_facts
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 from pats.testing.llm import scripted_judge, scripted_reviser
+from pats.testing.model_server import ServedModel
 from pats.testing.openai_server import ScriptedOpenAIServer
 
 __all__ = [
     "FakeEnv",
     "ScriptedBackend",
     "ScriptedOpenAIServer",
+    "ServedModel",
     "card_facts",
     "improving_schedule",
     "scripted_judge",
