@@ -49,6 +49,15 @@ def test_each_step_and_evaluation_is_one_plain_line():
     ], "one line each, never wrapped at the console width"
 
 
+def test_a_finished_run_does_not_announce_a_first_step():
+    out = io.StringIO()
+    spec = ExperimentSpec.model_validate(
+        {"name": "demo", "environment": {"kind": "twx"}, "trainer": {"steps": 2}}
+    )
+    ProgressSink(spec, start=2, console=Console(file=out, force_terminal=False)).close()
+    assert out.getvalue() == "[demo] all 2 steps done; nothing left to train\n"
+
+
 def test_pats_run_outside_a_terminal_prints_a_line_per_step(tmp_path, monkeypatch, write, capsys):
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))
 

@@ -64,7 +64,12 @@ class ProgressSink:
         self.last_step: int | None = start - 1 if start > 0 else None  # None: no step trained yet
         self.live = self.console.is_terminal
         if not self.live:
-            self._print(f"training steps {start}-{self.steps - 1} of {self.steps}; step {start}: rolling out")
+            if start >= self.steps:
+                self._print(f"all {self.steps} steps done; nothing left to train")
+            else:
+                self._print(
+                    f"training steps {start}-{self.steps - 1} of {self.steps}; step {start}: rolling out"
+                )
             return
         self.progress = Progress(
             TextColumn("[bold]{task.fields[name]}"),
