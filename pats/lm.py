@@ -30,6 +30,7 @@ import functools
 import importlib.util
 import os
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -252,11 +253,9 @@ def retry_after(exc: BaseException) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def _tokens(prediction: Any) -> int:
-    """Prompt + completion tokens a DSPy prediction's calls used (0 where the server or the response
-    cache reported none)."""
-    get_usage = getattr(prediction, "get_lm_usage", None)  # DSPy's Prediction; tests may pass plain objects
-    usage = get_usage() if callable(get_usage) else None
+def _tokens(usage: dict[str, dict[str, Any]] | None) -> int:
+    """Prompt + completion tokens in DSPy's usage by LM (0 where the server or the response cache
+    reported none)."""
     return sum(
         int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
         for u in (usage or {}).values()
@@ -297,7 +296,10 @@ class LLMCaller:
         self.last_error: BaseException | None = None  # the fault behind the last JudgeError raised
         self.calls = 0
         self.seconds = 0.0
-        self.tokens = 0  # prompt + completion tokens of the successful calls, as the server reported them
+        # Prompt + completion tokens of every answer, as the server reported them: an answer that could
+        # not be parsed cost its tokens too.
+        self.tokens = 0
+        self._tokens_lock = threading.Lock()  # answers are counted from the worker threads
         self._retry_lms: dict[int, Any] = {}
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
@@ -306,7 +308,11 @@ class LLMCaller:
 
     def usage(self) -> LLMUsage:
         return LLMUsage(
-            calls=self.calls, seconds=self.seconds, tokens=self.tokens, faults=sum(self.faults.values())
+            calls=self.calls,
+            seconds=self.seconds,
+            tokens=self.tokens,
+            faults=sum(self.faults.values()),
+            malformed=self.faults["malformed"],
         )
 
     async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
@@ -334,7 +340,6 @@ class LLMCaller:
                 else:
                     self.calls += 1
                     self.seconds += time.monotonic() - started
-                    self.tokens += _tokens(prediction)
                     return result
             if attempt + 1 == attempts or not retryable(error):
                 break
@@ -343,9 +348,17 @@ class LLMCaller:
 
     def _run(self, lm: Any, program: Any, inputs: dict[str, Any]) -> Any:
         import dspy
+        from dspy.utils.usage_tracker import track_usage
 
-        with dspy.context(lm=lm, adapter=self.adapter, track_usage=True):
-            return program(**inputs)
+        # Our own tracker (the program then adds to it instead of opening one) still holds the usage
+        # when the adapter raises on an answer it cannot parse.
+        with dspy.context(lm=lm, adapter=self.adapter, track_usage=True), track_usage() as tracker:
+            try:
+                return program(**inputs)
+            finally:
+                used = _tokens(tracker.get_total_tokens())
+                with self._tokens_lock:
+                    self.tokens += used
 
     def _lm_for(self, attempt: int) -> Any:
         """The LM for this attempt. With the response cache on, a retry must not get the cached copy

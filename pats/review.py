@@ -211,6 +211,7 @@ class Reviewer:
             llm_calls=used.calls,
             llm_seconds=used.seconds,
             llm_tokens=used.tokens,
+            llm_malformed=used.malformed,
             over_budget=over_budget + used.over_budget,
             seconds=time.perf_counter() - start,
         )

@@ -313,8 +313,9 @@ class LLMUsage(Record):
 
     calls: int = 0  # successful calls
     seconds: float = 0.0  # their summed latency
-    tokens: int = 0  # their prompt + completion tokens, as the server reported them
+    tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed (what was spent)
     faults: int = 0  # failed attempts (each retried or given up)
+    malformed: int = 0  # of the faults, answers that arrived but could not be parsed or used
     over_budget: int = 0  # times its work was cut off by the step's review budget
 
     def __add__(self, other: LLMUsage) -> LLMUsage:
@@ -337,7 +338,8 @@ class ReviewResult(Record):
     llm_faults: int = 0
     llm_calls: int = 0  # successful judge and reviser LLM calls of this review
     llm_seconds: float = 0.0  # their summed latency
-    llm_tokens: int = 0  # their prompt + completion tokens
+    llm_tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed
+    llm_malformed: int = 0  # answers that arrived but could not be used (counted in llm_faults too)
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0
 

@@ -107,6 +107,21 @@ async def test_unparseable_answer_counts_as_malformed():
     assert caller.faults == {"malformed": 1}
 
 
+async def test_every_answer_costs_its_tokens_an_unusable_one_too():
+    # The scripted server reports 1 prompt + 1 completion token per answer: two unusable answers (no
+    # field markers; fields but rejected by parse) and one usable answer spent 6 tokens in all.
+    def parse(prediction):
+        if prediction.answer != "blue":
+            raise MalformedAnswer(f"expected a colour, got {prediction.answer!r}")
+        return prediction.answer
+
+    with ScriptedOpenAIServer(["no field markers", answer("forty-two"), answer("blue")]) as server:
+        caller = caller_for(server)
+        assert await caller.call(dspy.Predict(Ask), parse=parse, question="sky?") == "blue"
+    usage = caller.usage()
+    assert (usage.calls, usage.faults, usage.malformed, usage.tokens) == (1, 2, 2, 6)
+
+
 async def test_parse_rejection_is_retried():
     def parse(prediction):
         if prediction.answer != "blue":

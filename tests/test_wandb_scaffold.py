@@ -83,3 +83,8 @@ def test_pats_report_logs_the_report_to_the_runs_own_wandb_run(tmp_path, count_t
     runs = sorted((tmp_path / "wandb").glob(f"offline-run-*-{sink.run_id}*"))
     assert len(runs) == 2 and set(runs) == set((tmp_path / "wandb").glob("offline-run-*")), "one W&B run id"
     assert b"wandb-report-report" in b"".join(p.read_bytes() for r in runs for p in r.glob("*.wandb"))
+    # The report's run (resumed offline, so it cannot read them back) names the run and its config.
+    report_run = b"".join(p.read_bytes() for p in runs[-1].glob("*.wandb"))
+    assert b"tasks_per_step" in report_run and report_run.count(b"wandb-report") > report_run.count(
+        b"wandb-report-report"
+    ), "the report's W&B run has the run's name and config"

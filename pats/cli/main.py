@@ -162,7 +162,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             from pats.logging.sinks import log_report_artifact
 
             log = spec.logging
-            log_report_artifact(run_dir, log.project, log.entity, log.wandb, spec.name, state.wandb_id)
+            config = spec.model_dump(mode="json")
+            log_report_artifact(
+                run_dir, log.project, log.entity, log.wandb, spec.name, state.wandb_id, config
+            )
             print(f"logged report/ to W&B run {state.wandb_id} as the artifact {spec.name}-report")
     return 0
 
@@ -190,13 +193,14 @@ def cmd_scaffold(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from pats.engine.evaluate import evaluate_run
+    from pats.engine.evaluate import eval_path, evaluate_run
 
     metrics = evaluate_run(
         Path(args.run_dir), split=args.split, num_tasks=args.tasks, with_scaffold=args.with_scaffold
     )
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4f}")
+    print(f"wrote {eval_path(Path(args.run_dir), args.split)}")
     return 0
 
 

@@ -1,4 +1,10 @@
-"""Live progress in the terminal: one bar over training steps, with the numbers people watch."""
+"""Progress of a run: a live bar in a terminal, one plain line per step and per evaluation elsewhere.
+
+In a terminal, one bar over the training steps carries the numbers people watch. Under nohup, CI or a
+cluster scheduler (stderr is not a terminal) a redrawn bar shows nothing until the end, so each step
+prints one line instead (step, success, informative groups, scaffold entries and tokens, seconds), and
+each evaluation one line naming the checkpoint it measured, flushed at once so `tail -f` sees it.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +18,59 @@ def _pct(metrics: dict, key: str) -> str:
     return f"{100 * metrics[key]:.0f}%" if key in metrics else "-"
 
 
-class ProgressSink:
-    """A MetricSink that redraws a progress line after every step and prints each evaluation."""
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
-    def __init__(self, spec: ExperimentSpec, start: int = 0):
-        self.console = Console(stderr=True)
+
+def step_line(metrics: dict[str, float]) -> str:
+    """A step's numbers in one line (the bar's text in a terminal, the printed line elsewhere)."""
+    success = (
+        f"success {_pct(metrics, 'train_with_scaffold/success')} with / "
+        f"{_pct(metrics, 'train_without_scaffold/success')} without scaffold"
+        if "train_with_scaffold/success" in metrics
+        else f"success {_pct(metrics, 'train/success')}"
+    )
+    groups = metrics.get("train/groups")
+    informative = (
+        f"informative {metrics.get('train/informative_groups', 0):.0f}/{groups:.0f} groups"
+        if groups
+        else f"informative {_pct(metrics, 'train/informative_fraction')}"
+    )
+    return (
+        f"{success} | {informative} | "
+        f"scaffold {metrics.get('scaffold/entries', 0):.0f} entries, {metrics.get('scaffold/tokens', 0):.0f} tok | "
+        f"{_seconds(metrics.get('time/step_s', 0.0))}"
+    )
+
+
+def eval_line(metrics: dict[str, float], checkpoint: str) -> str:
+    with_scaffold = (
+        f", with scaffold {_pct(metrics, 'eval_with_scaffold/success')}"
+        if "eval_with_scaffold/success" in metrics
+        else ""
+    )
+    return (
+        f"eval of the checkpoint {checkpoint}: held-out success {_pct(metrics, 'eval/success')} "
+        f"(no scaffold){with_scaffold}"
+    )
+
+
+class ProgressSink:
+    """A MetricSink that shows each step and prints each evaluation (see the module docstring)."""
+
+    def __init__(self, spec: ExperimentSpec, start: int = 0, console: Console | None = None):
+        self.console = console if console is not None else Console(stderr=True)
+        self.name, self.steps = spec.name, spec.trainer.steps
+        self.last_step: int | None = start - 1 if start > 0 else None  # None: no step trained yet
+        self.live = self.console.is_terminal
+        if not self.live:
+            if start >= self.steps:
+                self._print(f"all {self.steps} steps done; nothing left to train")
+            else:
+                self._print(
+                    f"training steps {start}-{self.steps - 1} of {self.steps}; step {start}: rolling out"
+                )
+            return
         self.progress = Progress(
             TextColumn("[bold]{task.fields[name]}"),
             BarColumn(),
@@ -30,33 +84,30 @@ class ProgressSink:
         )
         self.progress.start()
 
+    def _print(self, text: str) -> None:
+        self.console.print(f"[{self.name}] {text}", markup=False, highlight=False, soft_wrap=True)
+        self.console.file.flush()
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if "eval/success" in metrics:
-            gap = (
-                f", with scaffold {_pct(metrics, 'eval_with_scaffold/success')}"
-                if "eval_with_scaffold/success" in metrics
-                else ""
-            )
-            self.progress.console.print(
-                f"eval after step {step + 1}: held-out success {_pct(metrics, 'eval/success')} (no scaffold){gap}"
-            )
+            # An evaluation follows the log of the step whose checkpoint it measured; one before any
+            # step is the evaluation before training (eval.at_start).
+            checkpoint = "before training" if self.last_step is None else f"after step {self.last_step}"
+            line = eval_line(metrics, checkpoint)
+            if self.live:
+                self.progress.console.print(line)
+            else:
+                self._print(line)
             return
-        success = (
-            f"success {_pct(metrics, 'train_with_scaffold/success')} with / "
-            f"{_pct(metrics, 'train_without_scaffold/success')} without scaffold"
-            if "train_with_scaffold/success" in metrics
-            else f"success {_pct(metrics, 'train/success')}"
-        )
-        info = (
-            f"{success} | "
-            f"informative {_pct(metrics, 'train/informative_fraction')} | "
-            f"scaffold {metrics.get('scaffold/entries', 0):.0f} entries, {metrics.get('scaffold/tokens', 0):.0f} tok | "
-            f"{metrics.get('time/step_s', 0):.0f} s/step"
-        )
-        self.progress.update(self.task, completed=step + 1, info=info)
+        self.last_step = step
+        if self.live:
+            self.progress.update(self.task, completed=step + 1, info=step_line(metrics))
+        else:
+            self._print(f"step {step} ({step + 1}/{self.steps}): {step_line(metrics)}")
 
     def scaffold(self, step: int, version) -> None:
         return None
 
     def close(self) -> None:
-        self.progress.stop()
+        if self.live:
+            self.progress.stop()

@@ -122,16 +122,17 @@ def finish(run) -> None:
 
 
 def log_report_artifact(
-    run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str
+    run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str, config: dict
 ) -> None:
     """`pats report`'s folder as an artifact `<name>-report` of the run's own W&B run (resumed by id;
-    offline, `wandb sync` uploads it to the same run)."""
+    offline, `wandb sync` uploads it to the same run). The run's name and config are given again: an
+    offline resume cannot read them back, and without them the report's run shows up nameless."""
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
     run = wandb.init(
         project=project, entity=entity, mode=mode, id=run_id, resume="allow", dir=str(run_dir),
-        reinit="finish_previous",
+        name=name, config=config, reinit="finish_previous",
     )  # fmt: skip
     artifact = wandb.Artifact(f"{name}-report", type="report")
     artifact.add_dir(str(run_dir / "report"))

@@ -3,6 +3,7 @@
 from pats.testing.cards import card_facts
 from pats.testing.fakes import FakeEnv, RaisingJudge, ScriptedBackend, improving_schedule
 from pats.testing.llm import scripted_judge, scripted_reviser
+from pats.testing.model_server import ServedModel
 from pats.testing.openai_server import ScriptedOpenAIServer
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "RaisingJudge",
     "ScriptedBackend",
     "ScriptedOpenAIServer",
+    "ServedModel",
     "card_facts",
     "improving_schedule",
     "scripted_judge",
