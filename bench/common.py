@@ -169,6 +169,14 @@ def heldout(
     return result
 
 
+def heldout_record(held: dict) -> dict:
+    """A `heldout()` result as the cell files keep it: episodes, successes, and game -> outcomes."""
+    per_task: dict[str, list[float]] = {}
+    for task, success in zip(held["tasks"], held["success"], strict=True):
+        per_task.setdefault(task, []).append(success)
+    return {"episodes": len(held["success"]), "successes": sum(held["success"]), "per_task": per_task}
+
+
 def write_result(name: str, result: dict, results_dir: Path) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     out = results_dir / f"{name}.json"

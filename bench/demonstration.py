@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, finished, fmt, heldout, read_run, run_condition  # noqa: E402
+from common import REPO, RESULTS, finished, fmt, heldout, heldout_record, read_run, run_condition  # noqa: E402
 from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
@@ -117,9 +117,6 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
     held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
     groups = [g for e in read_events(run_dir / "events.jsonl", "groups") for g in e["groups"]]
     run = read_run(run_dir)
-    per_task: dict[str, list[float]] = {}
-    for task, success in zip(held["tasks"], held["success"], strict=True):
-        per_task.setdefault(task, []).append(success)
     return {
         "setting": args.setting,
         "condition": condition,
@@ -144,11 +141,7 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
             for s, m in run["steps"]
         ],  # fmt: skip
         "evals": [{"steps_done": s, **m} for s, m in run["evals"]],
-        "heldout": {
-            "episodes": len(held["success"]),
-            "successes": sum(held["success"]),
-            "per_task": per_task,
-        },
+        "heldout": heldout_record(held),
     }
 
 
@@ -165,9 +158,6 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
     run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{UNTRAINED}-s{seed}"
     held = heldout(run_dir / f"heldout_{args.heldout}_from{args.heldout_offset}.json", args.heldout,
                    base_spec=spec, offset=args.heldout_offset)  # fmt: skip
-    per_task: dict[str, list[float]] = {}
-    for task, success in zip(held["tasks"], held["success"], strict=True):
-        per_task.setdefault(task, []).append(success)
     return {
         "setting": args.setting,
         "condition": UNTRAINED,
@@ -178,11 +168,7 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
         "informative_groups": 0,
         "train": [],
         "evals": [],
-        "heldout": {
-            "episodes": len(held["success"]),
-            "successes": sum(held["success"]),
-            "per_task": per_task,
-        },
+        "heldout": heldout_record(held),
     }
 
 
@@ -353,16 +339,8 @@ def fresh(args, folder: Path) -> None:
         start = time.time()
         cache = run_dir / "report" / f"heldout_{args.heldout}_from{args.heldout}.json"
         held = heldout(cache, args.heldout, run_dir, offset=args.heldout)
-        per_task: dict[str, list[float]] = {}
-        for task, success in zip(held["tasks"], held["success"], strict=True):
-            per_task.setdefault(task, []).append(success)
-        cell_data["heldout_fresh"] = {
-            "offset": args.heldout,
-            "episodes": len(held["success"]),
-            "successes": sum(held["success"]),
-            "per_task": per_task,
-            "seconds": round(time.time() - start, 1),
-        }
+        cell_data["heldout_fresh"] = {"offset": args.heldout, **heldout_record(held),
+                                     "seconds": round(time.time() - start, 1)}  # fmt: skip
         path.write_text(json.dumps(cell_data, indent=1) + "\n")
         print(f"{path.stem}: fresh held-out {sum(held['success']):.0f}/{len(held['success'])}", flush=True)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, fmt, heldout, read_run, run_condition  # noqa: E402
+from common import REPO, RESULTS, fmt, heldout, heldout_record, read_run, run_condition  # noqa: E402
 from sensitivity import setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
@@ -66,13 +66,6 @@ def base_spec(args) -> Path:
     return path
 
 
-def per_task(held: dict) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for task, success in zip(held["tasks"], held["success"], strict=True):
-        out.setdefault(task, []).append(success)
-    return out
-
-
 def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Path) -> dict:
     name = cell_name(lr, top_layers, seed)
     run_dir = REPO / "bench" / "runs" / "pilot" / args.campaign / name
@@ -99,11 +92,7 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
             }
             for s, m in run["steps"]
         ],  # fmt: skip
-        "heldout": {
-            "episodes": len(held["success"]),
-            "successes": sum(held["success"]),
-            "per_task": per_task(held),
-        },
+        "heldout": heldout_record(held),
     }
 
 
@@ -115,7 +104,7 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
     cache = REPO / "bench" / "runs" / "pilot" / args.campaign / f"untrained-s{seed}" / "heldout.json"
     held = heldout(cache, args.heldout, base_spec=spec, offset=args.heldout_offset)
     return {"cell": f"untrained-s{seed}", "seed": seed,
-            "heldout": {"episodes": len(held["success"]), "successes": sum(held["success"]), "per_task": per_task(held)}}  # fmt: skip
+            "heldout": heldout_record(held)}  # fmt: skip
 
 
 def by_seed(cells: list[dict]) -> dict[int, dict[str, list[float]]]:
