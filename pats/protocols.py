@@ -103,6 +103,10 @@ class PolicyBackend(Protocol):
 
     def load(self, directory: Path) -> None: ...
 
+    async def close(self) -> None:
+        """Release what the backend holds (environments, processes); `pats run` calls it at the end."""
+        ...
+
 
 @runtime_checkable
 class Judge(Protocol):

@@ -40,21 +40,13 @@ logging: {{root: "{root}", wandb: disabled, progress: false}}
 """
 
 
-class ClosingBackend(ScriptedBackend):
-    def __init__(self):
-        super().__init__(improving_schedule(), seed=3)
-
-    async def close(self) -> None:
-        return None
-
-
 @pytest.fixture
 def pats_run(tmp_path, monkeypatch, write, capsys):
     """`pats run` on FakeEnv tasks with a scripted backend; returns (exit code, stderr, backends built)."""
-    built: list[ClosingBackend] = []
+    built: list[ScriptedBackend] = []
 
     def make_backend(spec, make_env):
-        built.append(ClosingBackend())
+        built.append(ScriptedBackend(improving_schedule(), seed=3))
         return built[-1]
 
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))

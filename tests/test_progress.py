@@ -61,11 +61,9 @@ def test_a_finished_run_does_not_announce_a_first_step():
 def test_pats_run_outside_a_terminal_prints_a_line_per_step(tmp_path, monkeypatch, write, capsys):
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))
 
-    class Closing(ScriptedBackend):
-        async def close(self) -> None:
-            return None
-
-    monkeypatch.setattr(run_module, "make_backend", lambda spec, env: Closing(improving_schedule(), seed=3))
+    monkeypatch.setattr(
+        run_module, "make_backend", lambda spec, env: ScriptedBackend(improving_schedule(), seed=3)
+    )
     spec = write(
         "progress.yaml",
         f"""name: progress

@@ -31,21 +31,15 @@ logging: {{root: "{root}", wandb: disabled, progress: false}}
 """
 
 
-class ClosingBackend(ScriptedBackend):
-    def __init__(self):
-        super().__init__(improving_schedule(), seed=3)
-
-    async def close(self) -> None:
-        return None
-
-
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory):
     """(run folder, plots.json) of a 4-step run and its report."""
     root = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))
-        mp.setattr(run_module, "make_backend", lambda spec, make_env: ClosingBackend())
+        mp.setattr(
+            run_module, "make_backend", lambda spec, make_env: ScriptedBackend(improving_schedule(), seed=3)
+        )
         spec = root / "report.yaml"
         spec.write_text(SPEC.format(root=root))
         assert main(["run", str(spec)]) == 0

@@ -43,14 +43,6 @@ def family_plan(body: dict) -> str:
     return f"[[ ## edits ## ]]\n{json.dumps(edits)}\n\n[[ ## completed ## ]]"
 
 
-class ClosingBackend(ScriptedBackend):
-    def __init__(self):
-        super().__init__(improving_schedule(), seed=3)
-
-    async def close(self) -> None:
-        return None
-
-
 SPEC = """\
 name: family-plan
 environment: {{kind: twx}}
@@ -67,7 +59,9 @@ logging: {{root: "{root}", wandb: disabled, progress: false}}
 def test_pats_run_survives_a_reviser_that_answers_a_type_scoped_plan(tmp_path, monkeypatch, write):
     monkeypatch.setenv("PATS_TEST_KEY", "sk-test")
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=4))
-    monkeypatch.setattr(run_module, "make_backend", lambda spec, make_env: ClosingBackend())
+    monkeypatch.setattr(
+        run_module, "make_backend", lambda spec, make_env: ScriptedBackend(improving_schedule(), seed=3)
+    )
     with ScriptedOpenAIServer([family_plan] * 40) as server:
         spec = write("family-plan.yaml", SPEC.format(base_url=server.base_url, steps=STEPS, root=tmp_path))
         assert main(["run", str(spec)]) == 0, "an ordinary reviser answer must not stop the run"

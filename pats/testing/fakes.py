@@ -164,6 +164,9 @@ class ScriptedBackend:
     def load(self, directory: Path) -> None:
         self.updates = int((directory / "scripted.txt").read_text())
 
+    async def close(self) -> None:
+        return None  # nothing held: no model, no environment processes
+
 
 class RaisingJudge:
     """A judge that raises at the given steps, for testing a run's failure policy (pats.step_end): it
