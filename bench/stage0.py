@@ -12,6 +12,9 @@ same games and random stream) over the variables nobody had tried:
 A (setting, temperature, placement) passes when none <= 0.10, expert >= 0.25, expert - control >= +0.10
 with its 95% interval (paired over games) excluding 0, and the expert likelihood gap >= 0.2 nats
 (docs/results.md, stated before the cells ran). `none` does not depend on the placement: one cell.
+Cells run none, expert, control, family; once none or expert (or the expert's likelihood gap) misses
+its bar, the combination fails whatever the rest show, and its remaining cells are skipped unless
+`--complete` is given.
 
 Each cell writes bench/results/stage0/<setting>-T<temperature>[-<placement>]-<guidance>.json when it
 finishes (commit it); a rerun fills only the missing cells.
@@ -58,6 +61,30 @@ def cell_id(name: str, temperature: float, placement: str | None, kind: str) -> 
     return f"{name}-T{temperature}-{placement + '-' if placement else ''}{kind}"
 
 
+def load(cell: str) -> dict | None:
+    path = CELLS / f"{cell}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def settled(none: dict | None, expert: dict | None) -> str | None:
+    """Why a combination already fails whatever its missing cells show, or None.
+
+    Only none, expert and the expert likelihood gap (measured in the expert cell) can fail a
+    combination on their own: once one of them misses its bar, control and family cannot change the
+    verdict, so they are not run (rule stated in docs/results.md before the cells it skips ran).
+    """
+    if none is not None and none["success"] > PASS["none_max"]:
+        return f"none {none['success']:.3f} > {PASS['none_max']}"
+    if expert is None:
+        return None
+    gap = expert["likelihood_gap"].get("gap")
+    if expert["success"] < PASS["expert_min"]:
+        return f"expert {expert['success']:.3f} < {PASS['expert_min']}"
+    if gap is None or gap < PASS["gap_min"]:
+        return f"expert likelihood gap {fmt(gap)} < {PASS['gap_min']}"
+    return None
+
+
 def run(args) -> None:
     CELLS.mkdir(parents=True, exist_ok=True)
     for name in args.settings:
@@ -65,15 +92,23 @@ def run(args) -> None:
             for placement in PLACEMENTS:
                 kinds = (["none"] if placement == PLACEMENTS[0] else []) + list(GUIDED)
                 ids = {k: cell_id(name, temperature, None if k == "none" else placement, k) for k in kinds}
-                todo = [k for k in kinds if not (CELLS / f"{ids[k]}.json").is_file()]
-                if todo:
-                    asyncio.run(play(args, name, temperature, placement, todo, ids))
+                if any(load(ids[k]) is None for k in kinds):
+                    asyncio.run(play(args, name, temperature, placement, kinds, ids))
 
 
-async def play(args, name, temperature, placement, todo, ids) -> None:
-    probe = Probe(VARIANTS[name][0], args, spec=variant_spec(name, temperature, placement, args.threads))
+async def play(args, name, temperature, placement, kinds, ids) -> None:
+    probe = None
     try:
-        for kind in todo:
+        for kind in kinds:  # none, then expert, then the rest: each decides whether the next is needed
+            if load(ids[kind]) is not None:
+                continue
+            why = settled(load(cell_id(name, temperature, None, "none")), load(ids["expert"]))
+            if kind != "none" and why and not args.complete:
+                print(f"{ids[kind]:32s} not run: {why} already fails {name} T{temperature} {placement}", flush=True)  # fmt: skip
+                continue
+            if probe is None:
+                spec = variant_spec(name, temperature, placement, args.threads)
+                probe = Probe(VARIANTS[name][0], args, spec=spec)
             result = await probe.cell(kind)
             result |= {
                 "variant": name,
@@ -84,7 +119,8 @@ async def play(args, name, temperature, placement, todo, ids) -> None:
             print(f"{ids[kind]:32s} {result['successes']}/{result['episodes']} "
                   f"gap {fmt(result['likelihood_gap'].get('gap'))} ({result['seconds']} s)", flush=True)  # fmt: skip
     finally:
-        await probe.close()
+        if probe is not None:
+            await probe.close()
 
 
 def verdict(cells: dict[str, dict], name: str, temperature: float, placement: str) -> tuple[str, bool | None]:
@@ -93,7 +129,15 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
         k: cells.get(cell_id(name, temperature, None if k == "none" else placement, k))
         for k in ("none", *GUIDED)
     }
+    rate = "{:.3f} ({}/{})".format
     if any(c is None for c in got.values()):
+        if why := settled(got["none"], got["expert"]):
+            shown = [
+                rate(c["success"], c["successes"], c["episodes"]) if c else "not run" for c in got.values()
+            ]
+            gap = fmt(got["expert"]["likelihood_gap"].get("gap")) if got["expert"] else "not run"
+            return (f"| {name} | {temperature} | {placement} | {' | '.join(shown)} | not run | {gap} "
+                    f"| fail ({why}) |"), False  # fmt: skip
         have = ", ".join(k for k, c in got.items() if c)
         return f"| {name} | {temperature} | {placement} | cells so far: {have or 'none'} | | | | | |", None
     none, expert, control, family = (got[k] for k in ("none", "expert", "control", "family"))
@@ -106,7 +150,6 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
         gap is not None and gap >= PASS["gap_min"],
     ]
     mark = ["yes" if ok else "**no**" for ok in checks]
-    rate = "{:.3f} ({}/{})".format
     row = (f"| {name} | {temperature} | {placement} | {rate(none['success'], none['successes'], none['episodes'])} {mark[0]} "
            f"| {rate(expert['success'], expert['successes'], expert['episodes'])} {mark[1]} "
            f"| {rate(control['success'], control['successes'], control['episodes'])} "
@@ -142,6 +185,8 @@ def main(argv=None) -> None:
     p.add_argument("--group", type=int, default=4, help="(the rules guidance's group size; unused here)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (1 on a machine shared with other jobs: 2 threads there run far slower)")  # fmt: skip
+    p.add_argument("--complete", action="store_true",
+                   help="also run control and family where none or expert already failed the combination")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
     args = p.parse_args(argv)
     if not args.report_only:

@@ -247,3 +247,14 @@ def test_stage0_verdict_applies_every_criterion(tmp_path):
     assert stage0.verdict(cells(0, 4, 4, 0.5), "twc", 1.0, "turn")[1] is False  # expert = control
     assert stage0.verdict(cells(0, 1, 0, 0.5), "twc", 1.0, "turn")[1] is False  # expert 0.125 < 0.25
     assert stage0.verdict({}, "twc", 1.0, "turn")[1] is None
+    # Cells that cannot change the verdict are skipped: a failing none or expert settles it alone.
+    full = cells(0, 4, 0, 0.5)
+    only = {k: v for k, v in full.items() if not k.endswith(("control", "family"))}
+    assert stage0.verdict(only, "twc", 1.0, "turn")[1] is None  # expert passes: control still decides
+    low = cells(0, 1, 0, 0.5)
+    row, ok = stage0.verdict({k: v for k, v in low.items() if not k.endswith("family")}, "twc", 1.0, "turn")
+    assert ok is False and "expert 0.125 < 0.25" in row and "not run" in row
+    flat = {k: v for k, v in cells(0, 4, 0, 0.1).items() if k.endswith(("none", "expert"))}
+    assert stage0.verdict(flat, "twc", 1.0, "turn")[1] is False  # the gap alone fails it
+    none_only = {k: v for k, v in cells(2, 4, 0, 0.5).items() if k.endswith("none")}
+    assert "none 0.250 > 0.1" in stage0.verdict(none_only, "twc", 1.0, "turn")[0]
