@@ -45,7 +45,13 @@ GUIDED = ("expert", "control", "family")
 PASS = {"none_max": 0.10, "expert_min": 0.25, "expert_minus_control": 0.10, "gap_min": 0.2}
 
 
-def variant_spec(name: str, temperature: float, placement: str, threads: int | None = None):
+def variant_spec(
+    name: str, temperature: float, placement: str, threads: int | None = None, warm: Path | None = None
+):
+    """The setting's spec at this temperature and placement; from a warm start's adapter (and its LoRA
+    shape, which the adapter must fit) when `warm` is a `pats warm-start` output folder."""
+    import yaml
+
     from pats.spec.models import ExperimentSpec
 
     setting, turns = VARIANTS[name]
@@ -54,6 +60,13 @@ def variant_spec(name: str, temperature: float, placement: str, threads: int | N
     data["policy"]["temperature"] = temperature
     data["scaffold"]["placement"] = placement
     data["trainer"]["threads"] = threads
+    if warm is not None:
+        trained = yaml.safe_load((warm / "spec.yaml").read_text())["policy"]
+        if trained["model"] != data["policy"]["model"]:
+            raise SystemExit(
+                f"{warm}: the warm start trained {trained['model']}, the probe plays {data['policy']['model']}"
+            )
+        data["policy"] |= {"lora": trained["lora"], "init_adapter": str(warm / "adapter")}
     return ExperimentSpec.model_validate(data)
 
 
@@ -61,8 +74,8 @@ def cell_id(name: str, temperature: float, placement: str | None, kind: str) -> 
     return f"{name}-T{temperature}-{placement + '-' if placement else ''}{kind}"
 
 
-def load(cell: str) -> dict | None:
-    path = CELLS / f"{cell}.json"
+def load(folder: Path, cell: str) -> dict | None:
+    path = folder / f"{cell}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -86,13 +99,13 @@ def settled(none: dict | None, expert: dict | None) -> str | None:
 
 
 def run(args) -> None:
-    CELLS.mkdir(parents=True, exist_ok=True)
+    args.cells.mkdir(parents=True, exist_ok=True)
     for name in args.settings:
         for temperature in TEMPERATURES:
             for placement in PLACEMENTS:
                 kinds = (["none"] if placement == PLACEMENTS[0] else []) + list(GUIDED)
                 ids = {k: cell_id(name, temperature, None if k == "none" else placement, k) for k in kinds}
-                if any(load(ids[k]) is None for k in kinds):
+                if any(load(args.cells, ids[k]) is None for k in kinds):
                     asyncio.run(play(args, name, temperature, placement, kinds, ids))
 
 
@@ -100,14 +113,16 @@ async def play(args, name, temperature, placement, kinds, ids) -> None:
     probe = None
     try:
         for kind in kinds:  # none, then expert, then the rest: each decides whether the next is needed
-            if load(ids[kind]) is not None:
+            if load(args.cells, ids[kind]) is not None:
                 continue
-            why = settled(load(cell_id(name, temperature, None, "none")), load(ids["expert"]))
+            why = settled(
+                load(args.cells, cell_id(name, temperature, None, "none")), load(args.cells, ids["expert"])
+            )
             if kind != "none" and why and not args.complete:
                 print(f"{ids[kind]:32s} not run: {why} already fails {name} T{temperature} {placement}", flush=True)  # fmt: skip
                 continue
             if probe is None:
-                spec = variant_spec(name, temperature, placement, args.threads)
+                spec = variant_spec(name, temperature, placement, args.threads, args.warm_start)
                 probe = Probe(VARIANTS[name][0], args, spec=spec)
             result = await probe.cell(kind)
             result |= {
@@ -115,7 +130,7 @@ async def play(args, name, temperature, placement, kinds, ids) -> None:
                 "temperature": temperature,
                 "placement": placement if kind != "none" else None,
             }
-            (CELLS / f"{ids[kind]}.json").write_text(json.dumps(result, indent=1) + "\n")
+            (args.cells / f"{ids[kind]}.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"{ids[kind]:32s} {result['successes']}/{result['episodes']} "
                   f"gap {fmt(result['likelihood_gap'].get('gap'))} ({result['seconds']} s)", flush=True)  # fmt: skip
     finally:
@@ -159,8 +174,8 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
     return row, all(checks)
 
 
-def report() -> str:
-    cells = {p.stem: json.loads(p.read_text()) for p in sorted(CELLS.glob("*.json"))}
+def report(folder: Path = CELLS) -> str:
+    cells = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
     rows = ["| setting | temperature | placement | none (<= 0.10) | expert (>= 0.25) | control | family "
             "| expert - control (>= +0.10, 95% CI over games excl. 0) | expert likelihood gap (>= 0.2) | verdict |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -169,12 +184,14 @@ def report() -> str:
             for placement in PLACEMENTS:
                 rows.append(verdict(cells, name, temperature, placement)[0])
     table = "\n".join(rows)
-    CELLS.mkdir(parents=True, exist_ok=True)
-    (CELLS / "summary.md").write_text(table + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.md").write_text(table + "\n")
     return table
 
 
 def main(argv=None) -> None:
+    import yaml
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--settings", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -187,11 +204,20 @@ def main(argv=None) -> None:
                    help="torch threads (1 on a machine shared with other jobs: 2 threads there run far slower)")  # fmt: skip
     p.add_argument("--complete", action="store_true",
                    help="also run control and family where none or expert already failed the combination")  # fmt: skip
+    p.add_argument("--warm-start", type=Path, default=None, metavar="DIR",
+                   help="play from a `pats warm-start` output folder (its adapter/ and spec.yaml's LoRA); "
+                   "cells go to bench/results/stage0-<the warm start's spec name>/")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
     args = p.parse_args(argv)
+    args.cells = CELLS
+    if args.warm_start is not None:
+        if not (args.warm_start / "adapter").is_dir():
+            p.error(f"--warm-start {args.warm_start}: no adapter/ there; give the folder `pats warm-start SPEC` wrote "
+                    "(<logging.root>/<name>/warm_start)")  # fmt: skip
+        args.cells = RESULTS / f"stage0-{yaml.safe_load((args.warm_start / 'spec.yaml').read_text())['name']}"
     if not args.report_only:
         run(args)
-    print(report())
+    print(report(args.cells))
 
 
 if __name__ == "__main__":

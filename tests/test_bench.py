@@ -258,3 +258,19 @@ def test_stage0_verdict_applies_every_criterion(tmp_path):
     assert stage0.verdict(flat, "twc", 1.0, "turn")[1] is False  # the gap alone fails it
     none_only = {k: v for k, v in cells(2, 4, 0, 0.5).items() if k.endswith("none")}
     assert "none 0.250 > 0.1" in stage0.verdict(none_only, "twc", 1.0, "turn")[0]
+
+
+def test_stage0_from_a_warm_start_plays_its_adapter_with_its_lora(tmp_path):
+    import stage0
+    import yaml
+
+    lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"], "top_layers": 4}
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "spec.yaml").write_text(
+        yaml.safe_dump({"name": "ws", "policy": {"model": "smollm2-135m-instruct", "lora": lora}})
+    )
+    spec = stage0.variant_spec("twc", 0.5, "turn", threads=1, warm=tmp_path)
+    assert spec.policy.init_adapter == str(tmp_path / "adapter")
+    assert spec.policy.lora.rank == 8 and spec.policy.lora.top_layers == 4
+    assert (spec.policy.temperature, spec.scaffold.placement, spec.environment.max_turns) == (0.5, "turn", 10)
+    assert stage0.variant_spec("twc", 0.5, "turn").policy.init_adapter is None
