@@ -78,11 +78,7 @@ def test_no_cycle_between_packages():
 
 
 # Edges left out of the module check until their owner breaks the circle, each with its reason.
-KNOWN = {
-    # models.py calls budget_issues; budget.py annotates with ExperimentSpec under TYPE_CHECKING
-    # (issue 26's verl budgets, merged while issue 24 extended this test).
-    ("pats.spec.budget", "pats.spec.models"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def test_no_cycle_between_modules():

@@ -13,15 +13,14 @@ local backend cuts nothing, so it has no token budget to check.
 
 The prompt check is a lower bound: the scaffold view and the first observation are counted, the
 instructions and task text (a few hundred tokens at most) are not.
+
+The spec's models build the `EpisodeBudget` (pats.spec.models.episode_budget) and call `budget_issues`
+while they validate, so this module takes plain values and imports none of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pats.spec.models import ExperimentSpec
 
 CLOSE_TOKENS = 1  # the end-of-turn token the verl loop appends to a turn cut at max_new_tokens
 
@@ -30,6 +29,7 @@ CLOSE_TOKENS = 1  # the end-of-turn token the verl loop appends to a turn cut at
 class EpisodeBudget:
     """The most tokens one verl episode of a spec can take, by part."""
 
+    environment: str  # environment.kind, named in the messages
     turns: int
     action_tokens: int  # per turn: policy.max_new_tokens + CLOSE_TOKENS
     observation_tokens: int  # per observation after the first prompt: TURN_TOKENS (+ the view per turn)
@@ -57,55 +57,42 @@ class EpisodeBudget:
         return max(1, (response_tokens + self.observation_tokens) // per_turn)
 
 
-def episode_budget(spec: ExperimentSpec) -> EpisodeBudget:
-    env, sc = spec.environment, spec.scaffold
-    view = 0 if sc.mode == "none" else sc.budget.view_tokens
-    return EpisodeBudget(
-        turns=env.max_turns,
-        action_tokens=spec.policy.max_new_tokens + CLOSE_TOKENS,
-        observation_tokens=env.TURN_TOKENS + (view if sc.placement == "turn" else 0),
-        view_tokens=view,
-        first_observation_tokens=env.TURN_TOKENS,
-    )
-
-
-def budget_issues(spec: ExperimentSpec) -> list[tuple[str, str]]:
-    """(YAML path, message) for each verl token budget the spec's episodes can overrun."""
-    tr, env = spec.trainer, spec.environment
-    if tr.backend != "verl":
-        return []
-    b = episode_budget(spec)
+def budget_issues(
+    b: EpisodeBudget, max_prompt_tokens: int, max_response_tokens: int
+) -> list[tuple[str, str]]:
+    """(YAML path, message) for each verl token budget (trainer.max_prompt_tokens,
+    trainer.max_response_tokens) that episodes of budget `b` can overrun."""
     out = []
     per_turn_view = (
         ", each with the scaffold view: scaffold.placement turn"
-        if b.observation_tokens > env.TURN_TOKENS
+        if b.observation_tokens > b.first_observation_tokens
         else ""
     )
-    if b.response > tr.max_response_tokens:
+    if b.response > max_response_tokens:
         fixes = [f"raise trainer.max_response_tokens to at least {b.response}"]
-        if b.max_new_tokens_within(tr.max_response_tokens) >= 1:
-            fixes.append(f"lower policy.max_new_tokens to {b.max_new_tokens_within(tr.max_response_tokens)}")
-        fixes.append(f"lower environment.max_turns to {b.turns_within(tr.max_response_tokens)}")
+        if b.max_new_tokens_within(max_response_tokens) >= 1:
+            fixes.append(f"lower policy.max_new_tokens to {b.max_new_tokens_within(max_response_tokens)}")
+        fixes.append(f"lower environment.max_turns to {b.turns_within(max_response_tokens)}")
         out.append(
             (
                 "trainer.max_response_tokens",
-                f"verl keeps an episode as one chat: {b.turns} turns of {env.kind} take up to "
+                f"verl keeps an episode as one chat: {b.turns} turns of {b.environment} take up to "
                 f"{b.action_tokens} tokens of the policy's output each (policy.max_new_tokens "
-                f"{spec.policy.max_new_tokens}, plus the token that closes a cut turn) and "
+                f"{b.action_tokens - CLOSE_TOKENS}, plus the token that closes a cut turn) and "
                 f"{b.turns - 1} observations of about {b.observation_tokens} tokens between them "
                 f"(bench/turn_tokens.py{per_turn_view}): {b.response} tokens, more than max_response_tokens "
-                f"{tr.max_response_tokens}, so a policy that writes long outputs is cut mid-episode "
+                f"{max_response_tokens}, so a policy that writes long outputs is cut mid-episode "
                 f"and loses its reward; {', '.join(fixes[:-1])} or {fixes[-1]}",
             )
         )
-    if b.prompt > tr.max_prompt_tokens:
+    if b.prompt > max_prompt_tokens:
         out.append(
             (
                 "trainer.max_prompt_tokens",
                 f"the first prompt holds the scaffold view (scaffold.budget.view_tokens {b.view_tokens}) "
-                f"and the first {env.kind} observation (about {b.first_observation_tokens} tokens) before the "
+                f"and the first {b.environment} observation (about {b.first_observation_tokens} tokens) before the "
                 f"instructions and the task: {b.prompt} tokens, more than max_prompt_tokens "
-                f"{tr.max_prompt_tokens}, and verl cuts a longer prompt from the left (the scaffold "
+                f"{max_prompt_tokens}, and verl cuts a longer prompt from the left (the scaffold "
                 f"first); raise trainer.max_prompt_tokens to at least {b.prompt + 256} or lower "
                 "scaffold.budget.view_tokens",
             )

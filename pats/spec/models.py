@@ -13,7 +13,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pats.spec.base import SpecModel, tag_or_default
-from pats.spec.budget import budget_issues
+from pats.spec.budget import CLOSE_TOKENS, EpisodeBudget, budget_issues
 from pats.spec.environments import EnvironmentSpec
 from pats.spec.providers import default_key_env, key_mismatch
 
@@ -498,7 +498,8 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     if spec.policy.action == "score" and tr.backend == "verl":
         out.append(("policy.action", "the verl backend generates text; use action: generate with verl"))
-    out += budget_issues(spec)  # verl: the episode (outputs and observations) fits its budgets
+    if tr.backend == "verl":  # the episode (outputs and observations) fits verl's token budgets
+        out += budget_issues(episode_budget(spec), tr.max_prompt_tokens, tr.max_response_tokens)
     if tr.backend == "verl" and spec.environment.history_window is not None:
         out.append(
             (
@@ -518,6 +519,20 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     out += _warm_start_contradictions(spec)
     return out
+
+
+def episode_budget(spec: ExperimentSpec) -> EpisodeBudget:
+    """The most tokens one verl episode of `spec` can take (pats.spec.budget says what counts)."""
+    env, sc = spec.environment, spec.scaffold
+    view = 0 if sc.mode == "none" else sc.budget.view_tokens
+    return EpisodeBudget(
+        environment=env.kind,
+        turns=env.max_turns,
+        action_tokens=spec.policy.max_new_tokens + CLOSE_TOKENS,
+        observation_tokens=env.TURN_TOKENS + (view if sc.placement == "turn" else 0),
+        view_tokens=view,
+        first_observation_tokens=env.TURN_TOKENS,
+    )
 
 
 def game_families(env) -> set[str]:
