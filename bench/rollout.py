@@ -66,7 +66,7 @@ def prompt_pass(backend: LocalBackend, tasks) -> dict:
         for task in tasks:
             ep = Episode("b", task, EMPTY_VIEW, state=await env.reset(task))
             actions = list(ep.state.admissible)
-            out.append((policy.chat_split(*backend._prompt_parts(ep, actions)), actions))
+            out.append((policy.chat_split(*backend.prompt_parts(ep, actions)), actions))
         await env.close()
         return out
 
@@ -87,8 +87,8 @@ def prompt_pass(backend: LocalBackend, tasks) -> dict:
         full = torch.tensor([list(heads[0]) + rests[0]])  # (1, P)
         one = best_seconds(lambda: policy.model.get_decoder()(input_ids=full))
         many = best_seconds(batched)
-    lengths = list(map(scoring._length, rests, cands))
-    rows = max(lengths) * len(scoring._pack(lengths, heads, max(lengths)))  # padding is computed too
+    lengths = list(map(scoring.packed_length, rests, cands))
+    rows = max(lengths) * len(scoring.pack_rows(lengths, heads, max(lengths)))  # padding is computed too
     return {
         "episodes": len(rests),
         "batched_rows": rows,

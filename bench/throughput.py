@@ -49,7 +49,7 @@ def first_prompts(backend: LocalBackend, make_env, n: int):
         for task in env.tasks("train")[:n]:
             state = await env.reset(task)
             ep = Episode("b", task, EMPTY_VIEW, state=state)
-            out.append((backend._prompt_ids(ep, list(state.admissible)), list(state.admissible)))
+            out.append((backend.prompt_ids(ep, list(state.admissible)), list(state.admissible)))
         await env.close()
         return out
 
@@ -140,7 +140,7 @@ def bench_update(args, results, backend: LocalBackend):
     for played in asyncio.run(backend.rollout(0, plans)):
         for i, stored in enumerate(played.training):
             items += [
-                backend._train_item(s, advantage=1.0 if i % 2 else -1.0, weight=1 / len(stored))
+                backend.train_item(s, advantage=1.0 if i % 2 else -1.0, weight=1 / len(stored))
                 for s in stored
             ]
     seconds, _ = timed(lambda: backend.policy.update(items))

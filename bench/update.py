@@ -97,22 +97,18 @@ def main() -> None:
         f"prefix+top8/{plain}+top8": ("prefix+top8", f"{plain}+top8"),
         "prefix/prefix-cast": ("prefix", "prefix-cast"),
     }
-    shared_units = training._units
 
     def run(name: str) -> float:
-        items = [backend._train_item(s, adv, w) for s, adv, w in stored]
+        items = [backend.train_item(s, adv, w) for s, adv, w in stored]
         policy, prefix_sharing = variants[name]
         policy.trainer = spec.trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
-        if name == "per-decision":
-            training._units = lambda batch, micro_batch: [[it] for it in batch]
         if name == "prefix-cast":  # autocast casting the frozen weights in every pass
             policy.bf16_weights = nullcontext
         try:
             start = time.perf_counter()
-            policy.update(items)
+            training.run_update(policy, items, one_per_pass=name == "per-decision")  # = policy.update
             return time.perf_counter() - start
         finally:
-            training._units = shared_units
             vars(policy).pop("bf16_weights", None)
 
     seconds: dict[str, list[float]] = {name: [] for name in variants}
@@ -122,8 +118,9 @@ def main() -> None:
             print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
     gflop = {name: counted_gflop(lambda name=name: run(name)) for name in variants}
 
-    items = [backend._train_item(s, adv, w) for s, adv, w in stored]
-    groups = training._groups(items, spec.trainer.micro_batch, prefix_sharing=True)
+    items = [backend.train_item(s, adv, w) for s, adv, w in stored]
+    groups = training.update_groups(items, spec.trainer.micro_batch, prefix_sharing=True)
+    unshared = training.update_groups(items, spec.trainer.micro_batch, prefix_sharing=False)
     prompt_tokens = sum(len(it.prompt_ids if args.action == "score" else it.input_ids) for it in items)
     median = {name: statistics.median(v) for name, v in seconds.items()}
     base = next(iter(variants))
@@ -131,7 +128,7 @@ def main() -> None:
         "machine": f"{torch.get_num_threads()} torch threads, torch {torch.__version__}",
         "action": args.action,
         "decisions": len(items),
-        "passes_shared": len(shared_units(items, spec.trainer.micro_batch)),
+        "passes_shared": sum(len(g.units) for g in unshared),
         "prefixes": len(groups),
         "prefix_tokens": [len(g.prefix) for g in groups],
         "passes_prefix": sum(len(g.units) for g in groups),

@@ -167,7 +167,7 @@ async def _examples(
     def example(i: int, pair, view: ScaffoldView, is_guided: bool) -> Example:
         ep = Episode(f"warm-{i}", pair.task, view, state=pair.state, history=list(pair.history))
         acts = list(pair.state.admissible)
-        system, user = backend._prompt_parts(ep, acts if score else acts or None)
+        system, user = backend.prompt_parts(ep, acts if score else acts or None)
         turn = len(pair.history)
         return Example(pair.task.id, turn, is_guided, system, user, tuple(acts), pair.action)
 

@@ -234,7 +234,7 @@ def test_second_epoch_is_off_policy_and_clipped(tiny_model_dir, lora):
     assert stats["approx_kl"] > 0 and stats["clip_frac"] > 0
 
 
-def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_dir, monkeypatch):
+def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_dir):
     """Rollouts of a group make the same first decision: their choices run as one unit, and the
     update equals running each on its own."""
     from pats.backends.local import training
@@ -252,11 +252,10 @@ def test_choices_of_one_decision_share_a_pass_with_the_same_update(tiny_model_di
             policy.choice_item(other, ["yes", "no", "maybe"], 2, advantage=0.5),
         ]
 
-    units = training._units(items(shared), micro_batch=4)
-    assert sorted(len(u) for u in units) == [1, 3]
+    groups = training.update_groups(items(shared), micro_batch=4, prefix_sharing=False)
+    assert sorted(len(u) for g in groups for u in g.units) == [1, 3]
     stats = shared.update(items(shared))
-    monkeypatch.setattr(training, "_units", lambda batch, micro_batch: [[it] for it in batch])
-    alone_stats = alone.update(items(alone))
+    alone_stats = training.run_update(alone, items(alone), one_per_pass=True)
     assert stats["steps"] == alone_stats["steps"] == 1
     assert stats["loss"] == pytest.approx(alone_stats["loss"], abs=1e-6)
     for a, b in zip(shared.params, alone.params, strict=True):

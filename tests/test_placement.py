@@ -39,7 +39,7 @@ def prompts(episode, placement: str, view: ScaffoldView) -> tuple[str, str]:
     spec = spec.model_copy(update={"scaffold": spec.scaffold.model_copy(update={"placement": placement})})
     backend = LocalBackend(spec, make_env, policy=object())  # no model: only the prompt is built
     ep = Episode("e", task, view, state=state, history=[])
-    return backend._prompt_parts(ep, list(state.admissible))
+    return backend.prompt_parts(ep, list(state.admissible))
 
 
 def test_system_placement_appends_the_view_to_the_system_part(episode):

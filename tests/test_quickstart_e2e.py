@@ -36,18 +36,18 @@ def run(tmp_path_factory, repo):
     root = tmp_path_factory.mktemp("runs")
     spec = load_spec(repo / "experiments/quickstart.yaml", [*TINY, f"logging.root={root}"])
     prompts: list[tuple[str, bool, str]] = []  # (episode id, view empty, prompt text)
-    original = LocalBackend._prompt_parts  # every prompt of both score paths and of generate mode
+    original = LocalBackend.prompt_parts  # every prompt of both score paths and of generate mode
 
     def spy(self, ep, admissible):
         system, user = original(self, ep, admissible)
         prompts.append((ep.id, ep.view.empty, f"{system}\n{user}"))
         return system, user
 
-    LocalBackend._prompt_parts = spy
+    LocalBackend.prompt_parts = spy
     try:
         run_dir = asyncio.run(train(spec, new_run(spec)))
     finally:
-        LocalBackend._prompt_parts = original
+        LocalBackend.prompt_parts = original
     return run_dir, prompts
 
 
@@ -193,7 +193,7 @@ def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
             assert turn.valid or turn.invalid_reason, "an invalid action must say why"
         items = stored[r.id]
         assert len(items) == len(r.turns)
-        item = backend._train_item(items[0], advantage=1.0, weight=0.5)
+        item = backend.train_item(items[0], advantage=1.0, weight=0.5)
         prompt, response = items[0].prompt, items[0].response
         assert item.input_ids == tuple(prompt) + tuple(response)
         assert sum(item.loss_mask) == len(response) and item.loss_mask[: len(prompt)] == (0,) * len(prompt)

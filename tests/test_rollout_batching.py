@@ -65,7 +65,7 @@ def _per_episode(policy):
 def _lengths_and_prefixes(policy):
     split = [policy.chat_split(s, u) for s, u, _ in CASES]
     lengths = [
-        scoring._length(r, [policy.action_ids(a) for a in acts])
+        scoring.packed_length(r, [policy.action_ids(a) for a in acts])
         for (_, r), (*_, acts) in zip(split, CASES, strict=True)
     ]
     return lengths, [tuple(h) for h, _ in split]
@@ -107,13 +107,13 @@ def test_batched_scores_equal_per_episode_scores_in_fp32(policy, monkeypatch, no
             assert torch.allclose(fast, slow, atol=1e-4), (fast, slow)
     assert len(store.kv) == 2  # two distinct system prompts, each computed once
     lengths, prefixes = _lengths_and_prefixes(policy)
-    assert len(scoring._pack(lengths, prefixes, max(lengths))) == 2  # two short episodes share a row
+    assert len(scoring.pack_rows(lengths, prefixes, max(lengths))) == 2  # two short episodes share a row
 
 
 def test_packing_fills_rows_longest_first_and_keeps_prefixes_together():
-    assert scoring._pack([5, 3, 2, 4], [(1,), (2,), (1,), (2,)], 5) == [[0], [3], [1, 2]]
+    assert scoring.pack_rows([5, 3, 2, 4], [(1,), (2,), (1,), (2,)], 5) == [[0], [3], [1, 2]]
     # With room in two rows, an episode joins the row that holds its prefix.
-    assert scoring._pack([6, 6, 2], [(1,), (2,), (2,)], 8) == [[0], [1, 2]]
+    assert scoring.pack_rows([6, 6, 2], [(1,), (2,), (2,)], 8) == [[0], [1, 2]]
 
 
 def test_batched_scores_stay_within_bf16_noise(policy, monkeypatch):

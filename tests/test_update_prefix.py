@@ -106,7 +106,7 @@ def _assert_same_update(fast, fast_grads, slow, slow_grads, tolerance=5e-5):
 
 def test_the_groups_start_at_the_system_prompt(policy):
     items = _items(policy)
-    kitchen, laundry = training._groups(items, micro_batch=4, prefix_sharing=True)
+    kitchen, laundry = training.update_groups(items, micro_batch=4, prefix_sharing=True)
     head = policy.chat_split(RULES, "x")[0]
     # The system part, and the opening tokens of the user turn that both user messages share.
     assert list(kitchen.prefix[: len(head)]) == head and len(kitchen.prefix) - len(head) < 8
@@ -125,7 +125,7 @@ def test_prefix_sharing_gives_the_per_decision_gradient(policy, monkeypatch, kl_
 
 def test_generate_sequences_share_their_system_prompt(policy):
     items = _sequences(policy)
-    groups = training._groups(items, micro_batch=2, prefix_sharing=True)
+    groups = training.update_groups(items, micro_batch=2, prefix_sharing=True)
     kitchen = next(g for g in groups if items[0] in g.units[0])
     assert list(kitchen.prefix[: len(policy.chat_split(RULES, "x")[0])]) == policy.chat_split(RULES, "x")[0]
     assert [len(u) for u in kitchen.units] == [2, 1]  # three sequences of one system prompt, two per pass
@@ -156,7 +156,7 @@ def test_sequence_log_probs_after_a_shared_prefix_are_exact_in_fp64():
         shared.backward()
         return (logp * mask).sum().item(), torch.cat([p.grad.flatten() for p in policy.params])
 
-    for group in training._groups(_sequences(policy), micro_batch=1, prefix_sharing=True):
+    for group in training.update_groups(_sequences(policy), micro_batch=1, prefix_sharing=True):
         assert group.prefix
         for (item,) in group.units:
             (whole, g_whole), (fast, g_fast) = gradient(item, ()), gradient(item, group.prefix)

@@ -96,7 +96,7 @@ class LocalBackend:
             rewards = torch.tensor(p.group.rewards, dtype=torch.float64)  # (G,)
             advantages = group_advantages(rewards, self.spec.trainer.normalize_advantage_std)
             for turns, adv in zip(p.training, advantages.tolist(), strict=True):
-                batch += [self._train_item(turn, adv, 1.0 / len(turns)) for turn in turns]
+                batch += [self.train_item(turn, adv, 1.0 / len(turns)) for turn in turns]
         # In a thread: torch releases the GIL, so the scaffold review runs beside the update.
         return UpdateStats(**await asyncio.to_thread(self.policy.update, batch))
 
@@ -135,9 +135,11 @@ class LocalBackend:
             await asyncio.gather(*(s.episode.step(a, s.env.step) for s, a in zip(live, acts, strict=True)))
         return seats
 
-    def _prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:
-        """(system, user): the system part (instructions, task, a scaffold placed there) is the same
-        every turn; a scaffold placed in the turn goes before the admissible actions."""
+    def prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:
+        """(system, user) texts of the prompt the policy acts on at the episode's current state: the
+        system part (instructions, task, a scaffold placed there) is the same every turn; a scaffold
+        placed in the turn goes before the admissible actions. The one place prompts are rendered:
+        acting, warm-start data and the benchmarks all read them here."""
         system_view, guidance = place(ep.view, self.spec.scaffold.placement)
         parts = render_prompt(
             self.instructions,
@@ -152,9 +154,7 @@ class LocalBackend:
 
     def prompt_ids(self, ep: Episode, admissible) -> list[int]:
         """The token ids of the prompt the policy acts on at the episode's current state."""
-        return self.policy.chat_ids(*self._prompt_parts(ep, admissible))
-
-    _prompt_ids = prompt_ids  # the old name, still called by bench/throughput.py
+        return self.policy.chat_ids(*self.prompt_parts(ep, admissible))
 
     def _act(self, live: list[Seat], greedy: bool, prefixes: PrefixStore | None = None) -> list[Act]:
         """Each live episode's action. Score mode scores all live episodes together, generate mode
@@ -164,7 +164,7 @@ class LocalBackend:
         score = self.spec.policy.action == "score"
         admissible = [list(s.episode.state.admissible) for s in live]
         parts = [
-            self._prompt_parts(s.episode, a if score else a or None)
+            self.prompt_parts(s.episode, a if score else a or None)
             for s, a in zip(live, admissible, strict=True)
         ]
         if self.policy.trainer.rollout_batching:  # the system prompt apart: its keys/values are reused
@@ -201,8 +201,9 @@ class LocalBackend:
                 seat.played.append(GeneratedTurn(tuple(prompt), tuple(response)))
         return out
 
-    def _train_item(self, stored: StoredTurn, advantage: float, weight: float) -> ChoiceItem | TrainItem:
-        """A stored turn as a training item, now that its episode's advantage is known."""
+    def train_item(self, stored: StoredTurn, advantage: float, weight: float) -> ChoiceItem | TrainItem:
+        """A stored turn (`Played.training`) as the item `policy.update` trains, now that its episode's
+        advantage is known; `update` makes every item this way, and benchmarks time updates on them."""
         if isinstance(stored, ScoredTurn):
             return self.policy.choice_item(stored.prompt, stored.actions, stored.chosen, advantage, weight)
         return TrainItem.of(stored.prompt, stored.response, advantage, weight)

@@ -202,9 +202,9 @@ def score_batch(
     decoder = model.get_decoder()
     keys = [tuple(p) for p in prefixes]
     store.ensure(decoder, keys)
-    lengths = list(map(_length, prompts, candidates))
+    lengths = list(map(packed_length, prompts, candidates))
     width = max(lengths)
-    rows = _pack(lengths, keys, width)
+    rows = pack_rows(lengths, keys, width)
     scores: dict[int, Tensor] = {}
     per_pass = max(1, BATCH_TOKENS // width)
     for start in range(0, len(rows), per_pass):
@@ -217,14 +217,17 @@ def score_batch(
     return [scores[e] for e in range(len(prompts))]
 
 
-def _length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
-    """Tokens an episode takes in a row: the rest of its prompt, then every candidate."""
+def packed_length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
+    """Tokens an episode takes in a row of `score_batch`: the rest of its prompt (after its prefix),
+    then every candidate. With `pack_rows`, what a caller (bench/rollout.py) needs to count the rows
+    and padding `score_batch` computes."""
     return len(rest) + sum(len(c) for c in candidates)
 
 
-def _pack(lengths: Sequence[int], prefixes: Sequence[tuple[int, ...]], width: int) -> list[list[int]]:
-    """Episodes into rows of `width` tokens, longest first, each into the first row with room, rows
-    that already hold its prefix tried first (fewer prefixes per row, fewer keys to attend to)."""
+def pack_rows(lengths: Sequence[int], prefixes: Sequence[tuple[int, ...]], width: int) -> list[list[int]]:
+    """How `score_batch` packs episodes (their `packed_length`s) into rows of `width` tokens: longest
+    first, each into the first row with room, rows that already hold its prefix tried first (fewer
+    prefixes per row, fewer keys to attend to). Each row lists its episodes' indices."""
     rows: list[list[int]] = []
     room: list[int] = []
     for e in sorted(range(len(lengths)), key=lambda e: -lengths[e]):
@@ -261,7 +264,7 @@ def _score_pass(
         for e in row:
             p, rest = len(prefixes[e]), prompts[e]
             span = spans[r].get(prefixes[e], (0, 0))
-            n = _length(rest, candidates[e])
+            n = packed_length(rest, candidates[e])
             episode[r, col : col + n] = e
             first[r, col : col + n], end[r, col : col + n] = span
             ids[r, col : col + len(rest)] = torch.tensor(list(rest))

@@ -56,9 +56,16 @@ class Group:
     units: tuple[tuple[Item, ...], ...]
 
 
-def _groups(items: Sequence[Item], micro_batch: int, prefix_sharing: bool) -> list[Group]:
-    """The update's units, grouped by shared prefix: without prefix sharing, every unit of `_units`
-    alone; with it, sequences by `_sequence_groups` and choices by `_prefix_groups`."""
+def update_groups(
+    items: Sequence[Item], micro_batch: int, prefix_sharing: bool, one_per_pass: bool = False
+) -> list[Group]:
+    """How the update runs `items`: its backward units (the items of one forward/backward pass),
+    grouped by shared prefix. Without prefix sharing, every unit of `_units` alone; with it,
+    sequences by `_sequence_groups` and choices by `_prefix_groups`; with `one_per_pass`, every item
+    its own pass over its whole prompt, nothing shared: the slow reference the shared passes must
+    equal (tests, bench/update.py). Public so benchmarks and tests count and check the passes."""
+    if one_per_pass:
+        return [Group((), ((it,),)) for it in items]
     if not prefix_sharing:
         return [Group((), (tuple(unit),)) for unit in _units(items, micro_batch)]
     sequences = [it for it in items if isinstance(it, TrainItem)]
@@ -174,18 +181,19 @@ def _all_logprobs(policy: Updatable, model, groups: Sequence[Group]) -> list[Ten
     return out
 
 
-def run_update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
-    """`epochs` passes over the batch, one optimizer step each, gradients accumulated over units.
+def run_update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool = False) -> dict[str, float]:
+    """`epochs` passes over the batch, one optimizer step each, gradients accumulated over units
+    (`update_groups`; `one_per_pass`: each item alone, the reference the shared passes must equal).
 
     Returns loss, clip_frac, approx_kl (old vs new), ratio_mean, kl (to the reference), grad_norm
     (before clipping), averaged over epochs; tokens and items trained per epoch; steps taken;
     skipped (1 when no step was taken), no_signal (all advantages zero), nonfinite (epochs dropped).
     """
     with policy.bf16_weights():  # frozen weights cast once, not once per pass (same numbers)
-        return _update(policy, batch)
+        return _update(policy, batch, one_per_pass)
 
 
-def _update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
+def _update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool) -> dict[str, float]:
     trainer, model = policy.trainer, policy.model
     items = list(batch)
     stats = dict.fromkeys(("loss", "clip_frac", "approx_kl", "ratio_mean", "kl", "grad_norm"), 0.0)
@@ -197,7 +205,7 @@ def _update(policy: Updatable, batch: Sequence[Item]) -> dict[str, float]:
     use_kl = trainer.kl_coef > 0
     trained = items if use_kl else [it for it in items if it.advantage != 0]
     sharing = trainer.update_prefix_sharing and supports_batching(model)  # packed passes need plain masks
-    groups = _groups(trained, trainer.micro_batch, sharing)
+    groups = update_groups(trained, trainer.micro_batch, sharing, one_per_pass)
     units = [unit for group in groups for unit in group.units]
 
     # Dropout stays off (eval mode) unless the spec asks for LoRA dropout. Then the first epoch's
