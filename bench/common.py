@@ -3,8 +3,9 @@
 - the conditions: spec files + dotted overrides, run through pats' own `train()` in one run
   directory each; a finished run is skipped, an interrupted one resumed, so a long benchmark survives
   being stopped and started again with the same command;
-- held-out evaluation of a run's last checkpoint with per-task outcomes (the engine's `eval` event
-  keeps only means, and a paired comparison needs each task);
+- held-out evaluation of a run's last checkpoint through pats' `play_heldout` (what `pats eval`
+  plays), kept per task: `pats eval` and the `eval` events keep only means, and a paired comparison
+  needs each task;
 - the cost model used to print an estimate before anything runs.
 Statistics live in bench/stats.py.
 """
@@ -126,11 +127,11 @@ def heldout(
     cache: Path, num_tasks: int, run_dir: Path | None = None, base_spec=None, chunk: int = 32, offset: int = 0
 ) -> dict:
     """Per-task held-out outcomes without the scaffold of run_dir's last checkpoint, or of the
-    untrained policy of base_spec when run_dir is None, on eval tasks [offset, offset + num_tasks).
-    Cached in `cache` (redone if the checkpoint changed)."""
-    from pats.backends.local.backend import LocalBackend
-    from pats.engine.run import load_run, make_env_factory
-    from pats.types import EMPTY_VIEW
+    untrained policy of base_spec when run_dir is None, on eval tasks [offset, offset + num_tasks),
+    `chunk` tasks at a time: pats' own held-out evaluation (pats.engine.evaluate.play_heldout, what
+    `pats eval` plays), kept per task. Cached in `cache` (redone if the checkpoint changed)."""
+    from pats.engine.evaluate import play_heldout
+    from pats.engine.run import load_run
 
     spec, state = load_run(run_dir) if run_dir else (base_spec, None)
     if offset:  # the i-th eval task is the fold's i-th seed whatever the count, so this only extends the list
@@ -139,30 +140,12 @@ def heldout(
     step = state.step if state else -1
     if cache.is_file() and json.loads(cache.read_text())["checkpoint_step"] == step:
         return json.loads(cache.read_text())
-    make_env = make_env_factory(spec)
-    env = make_env()
-    tasks = env.tasks("eval")[offset : offset + num_tasks]
-    backend = LocalBackend(spec, make_env)
-    if state:
-        backend.load(Path(state.path))
-
-    async def go():
-        out = []
-        try:
-            for i in range(0, len(tasks), chunk):  # chunks: one environment per live episode
-                part = tasks[i : i + chunk]
-                out += await backend.evaluate(part, [EMPTY_VIEW] * len(part))
-        finally:
-            await backend.close()
-            await env.close()
-        return out
-
-    rollouts = asyncio.run(go())
+    held = asyncio.run(play_heldout(spec, state, "eval", offset, num_tasks, chunk, say=lambda line: None))
     result = {
         "checkpoint_step": step,
-        "tasks": [r.task_id for r in rollouts],
-        "success": [float(r.success) for r in rollouts],
-        "reward": [r.reward for r in rollouts],
+        "tasks": [r.task_id for r in held.bare],
+        "success": [float(r.success) for r in held.bare],
+        "reward": [r.reward for r in held.bare],
     }
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result) + "\n")

@@ -210,6 +210,24 @@ def test_eval_command_evaluates_the_latest_checkpoint(run):
     assert saved == metrics
 
 
+def test_the_benchmarks_held_out_test_is_pats_eval_kept_per_task(run, repo, tmp_path):
+    """bench/common.py `heldout` plays pats' own held-out evaluation (play_heldout): the same
+    episodes as `pats eval` on the same tasks, in the cell files' per-task format."""
+    from pats.engine.evaluate import evaluate_run
+
+    sys.path.insert(0, str(repo / "bench"))
+    import common
+
+    run_dir, _ = run
+    metrics = evaluate_run(run_dir, split="eval", num_tasks=2)
+    held = common.heldout(tmp_path / "heldout.json", 2, run_dir, chunk=2)  # chunk: tasks_per_step
+    assert held["checkpoint_step"] == 1 and len(held["tasks"]) == metrics["eval/tasks"] == 2
+    assert sum(held["success"]) / len(held["success"]) == pytest.approx(metrics["eval/success"])
+    assert sum(held["reward"]) / len(held["reward"]) == pytest.approx(metrics["eval/reward"])
+    assert json.loads((tmp_path / "heldout.json").read_text()) == held  # cached for the next call
+    assert common.heldout_record(held)["episodes"] == len(held["tasks"])
+
+
 def test_resume_redoes_steps_after_the_checkpoint_without_duplicates(run, tmp_path):
     import shutil
 

@@ -3,6 +3,9 @@
 The tasks are played in batches of `trainer.tasks_per_step` (the training step's width), and a line is
 printed after each batch, so a long evaluation shows where it is wherever its output goes; the metrics
 go to `report/eval_<split>.json` (`eval_path`).
+
+`play_heldout` is the one held-out evaluation: `pats eval` plays it on a run's checkpoint, and the
+benchmarks (bench/common.py `heldout`) on a checkpoint or the untrained policy, keeping per-task outcomes.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from pats.engine.run import load_run, make_backend, make_env_factory
+from pats.engine.run import Checkpoint, load_run, make_backend, make_env_factory
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
 from pats.metrics import rollout_metrics
 from pats.protocols import PolicyBackend
+from pats.spec import ExperimentSpec
 from pats.types import EMPTY_VIEW, Rollout, ScaffoldView, Task
 
 
@@ -52,36 +57,69 @@ async def _in_batches(
     return rollouts
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out episodes of one policy, in task order: without the scaffold, and with each task's
+    pinned scaffold view when one was asked for."""
+
+    tasks: tuple[Task, ...]
+    bare: tuple[Rollout, ...]
+    scaffolded: tuple[Rollout, ...] | None = None
+
+
+async def play_heldout(
+    spec: ExperimentSpec,
+    checkpoint: Checkpoint | None,
+    split: str,
+    first: int,
+    count: int,
+    batch: int,
+    say: Callable[[str], None],
+    scaffold_dir: Path | None = None,
+) -> HeldOut:
+    """The policy of `checkpoint` (None: `spec`'s untrained policy) on `split` tasks [first,
+    first + count), `batch` tasks at a time (one environment per live episode), without the scaffold
+    and, given a run's scaffold folder, again with each task's pinned view. `say` gets a line before
+    and one per batch."""
+    make_env = make_env_factory(spec)
+    env = make_env()
+    tasks = env.tasks(split)[first : first + count]
+    backend = make_backend(spec, make_env)
+    if checkpoint is not None:
+        backend.load(Path(checkpoint.path))
+    who = f"the checkpoint after step {checkpoint.step}" if checkpoint else "the untrained policy"
+    say(f"evaluating {who} on {len(tasks)} {split} tasks")
+    scaffolded = None
+    try:
+        bare = await _in_batches(backend, tasks, [EMPTY_VIEW] * len(tasks), batch, "no scaffold", say)
+        if scaffold_dir is not None:
+            from pats.models import token_counter
+            from pats.scaffold import ScaffoldStore
+
+            store = ScaffoldStore.open(
+                scaffold_dir, token_counter(spec.policy.model), spec.scaffold.budget.view_tokens
+            )
+            views = [store.pin(t) for t in tasks]
+            scaffolded = tuple(await _in_batches(backend, tasks, views, batch, "with scaffold", say))
+    finally:
+        await backend.close()
+        await env.close()
+    return HeldOut(tuple(tasks), tuple(bare), scaffolded)
+
+
 async def _evaluate(
     run_dir: Path, split: str, num_tasks: int | None, with_scaffold: bool, say: Callable[[str], None]
 ) -> dict[str, float]:
     spec, state = load_run(run_dir)
     if state is None:
         raise PrerequisiteError(f"{run_dir} has no checkpoint yet; train first (pats run ...)")
-    make_env = make_env_factory(spec)
-    env = make_env()
-    tasks = env.tasks(split)[: num_tasks or spec.eval.num_tasks or spec.environment.num_eval_tasks]
-    backend = make_backend(spec, make_env)
-    backend.load(Path(state.path))
-    size = spec.trainer.tasks_per_step
-    say(f"evaluating the checkpoint after step {state.step} on {len(tasks)} {split} tasks")
-    try:
-        bare = await _in_batches(backend, tasks, [EMPTY_VIEW] * len(tasks), size, "no scaffold", say)
-        metrics = rollout_metrics(bare, "eval")
-        if with_scaffold:
-            from pats.models import token_counter
-            from pats.scaffold import ScaffoldStore
-
-            store = ScaffoldStore.open(
-                run_dir / "scaffold", token_counter(spec.policy.model), spec.scaffold.budget.view_tokens
-            )
-            views = [store.pin(t) for t in tasks]
-            scaffolded = await _in_batches(backend, tasks, views, size, "with scaffold", say)
-            metrics |= rollout_metrics(scaffolded, "eval_with_scaffold")
-    finally:
-        await backend.close()
-        await env.close()
-    metrics["eval/tasks"] = float(len(tasks))
+    count = num_tasks or spec.eval.num_tasks or spec.environment.num_eval_tasks
+    scaffold_dir = run_dir / "scaffold" if with_scaffold else None
+    held = await play_heldout(spec, state, split, 0, count, spec.trainer.tasks_per_step, say, scaffold_dir)
+    metrics = rollout_metrics(held.bare, "eval")
+    if held.scaffolded is not None:
+        metrics |= rollout_metrics(held.scaffolded, "eval_with_scaffold")
+    metrics["eval/tasks"] = float(len(held.tasks))
     metrics["eval/checkpoint_step"] = float(state.step)
     (run_dir / "report").mkdir(exist_ok=True)
     write_atomic(eval_path(run_dir, split), json.dumps(metrics, indent=1))
