@@ -449,6 +449,13 @@ def main(argv=None):
         f"({', '.join(f'{c} {s / 60:.0f} min' for c, s in per.items())}; {units})\nshows: {b.shows}",
         flush=True,
     )
+    if args.report_only and not any((out / f"{c}-s{s}").is_dir() for c in conditions for s in b.seeds):
+        # Rewriting the committed table from nothing would lose it: the run dirs live only where they ran.
+        parser.error(
+            f"--report-only reads the run dirs under {out}, and there are none; they exist only on the "
+            f"machine that trained (the committed result is {args.results / f'learning_{key}.json'}). "
+            "Give --out where the run dirs are, or drop --report-only to train."
+        )
     started = time.perf_counter()
     if not args.report_only:
         run_all(b, conditions, out, args.setting, args.reward, extra=tuple(args.set))

@@ -274,3 +274,18 @@ def test_stage0_from_a_warm_start_plays_its_adapter_with_its_lora(tmp_path):
     assert spec.policy.lora.rank == 8 and spec.policy.lora.top_layers == 4
     assert (spec.policy.temperature, spec.scaffold.placement, spec.environment.max_turns) == (0.5, "turn", 10)
     assert stage0.variant_spec("twc", 0.5, "turn").policy.init_adapter is None
+
+
+def test_learning_report_only_refuses_without_run_dirs_and_keeps_the_committed_table(tmp_path, capsys):
+    import learning
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "learning_small.json").write_text('{"kept": true}')
+    with pytest.raises(SystemExit) as stop:
+        learning.main(["--budget", "small", "--report-only", "--out", str(tmp_path / "nothing"),
+                       "--results", str(results)])  # fmt: skip
+    assert stop.value.code == 2
+    assert "there are none" in capsys.readouterr().err
+    assert (results / "learning_small.json").read_text() == '{"kept": true}'
+    assert not (results / "learning_small.png").exists()
