@@ -87,14 +87,14 @@ def eval_seconds(episodes: int, max_turns: int, u: UnitCosts) -> float:
 
 def read_run(run_dir: Path) -> dict:
     """Step metrics and evaluations from a run's events.jsonl (also of a run still going)."""
-    from pats.logging.events import read_events
+    from pats.logging.events import EvalEvent, StepEndEvent, read_events
 
     path = run_dir / "events.jsonl"
     if not path.is_file():
         return {"steps": [], "evals": []}
     return {
-        "steps": [(e["step"], e["metrics"]) for e in read_events(path, "step_end")],
-        "evals": [(e["step"] + 1, e["metrics"]) for e in read_events(path, "eval")],  # x: steps done
+        "steps": [(e.step, e.metrics) for e in read_events(path, StepEndEvent)],
+        "evals": [(e.step + 1, e.metrics) for e in read_events(path, EvalEvent)],  # x: steps done
     }
 
 

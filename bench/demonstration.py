@@ -105,7 +105,7 @@ def bank(args) -> Path:
 
 
 def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
-    from pats.logging.events import read_events
+    from pats.logging.events import GroupsEvent, read_events
 
     run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{condition}-s{seed}"
     start = time.time()
@@ -115,7 +115,7 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
         f"{f'_from{args.heldout_offset}' if args.heldout_offset else ''}.json"
     )
     held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
-    groups = [g for e in read_events(run_dir / "events.jsonl", "groups") for g in e["groups"]]
+    groups = [g for e in read_events(run_dir / "events.jsonl", GroupsEvent) for g in e.groups]
     run = read_run(run_dir)
     return {
         "setting": args.setting,
@@ -124,7 +124,7 @@ def cell(args, condition: str, seed: int, spec_file: Path) -> dict:
         "trained": what,
         "seconds": round(time.time() - start, 1),
         "groups": len(groups),
-        "informative_groups": sum(len(set(g["rewards"])) > 1 for g in groups),
+        "informative_groups": sum(len(set(g.rewards)) > 1 for g in groups),
         "train": [
             {
                 k: m.get(k)

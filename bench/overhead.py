@@ -99,7 +99,7 @@ async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     from pats.engine.loop import Engine
     from pats.engine.run import make_env_factory
     from pats.engine.sampler import TaskSampler
-    from pats.logging.events import EventLog, read_events
+    from pats.logging.events import EventLog, StepEndEvent, read_events
     from pats.models import token_counter
     from pats.spec import load_spec
     from pats.testing import ScriptedOpenAIServer
@@ -150,7 +150,7 @@ async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
                 )
                 await engine.run()
                 engine.events.close()
-                times[cond] += [e["metrics"] for e in read_events(run / "events.jsonl", "step_end")]
+                times[cond] += [e.metrics for e in read_events(run / "events.jsonl", StepEndEvent)]
                 print(f"  {cond} run {rep}: step {times[cond][-1]['time/step_s']:.1f} s", flush=True)
         llm_calls = len(server.requests)
     await backend.close()

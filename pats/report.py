@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from pats.errors import PrerequisiteError
-from pats.logging.events import read_events
+from pats.logging.events import EvalEvent, StepEndEvent, read_events
 
 START = -1  # the step number of an evaluation before training (eval.at_start)
 OFFSET = 0.06  # sideways shift between neighbouring series of one panel, in steps
@@ -220,8 +220,8 @@ def write_report(run_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [(e["step"], e["metrics"]) for e in read_events(events_path, "step_end")]
-    evals = [(e["step"], e["metrics"]) for e in read_events(events_path, "eval")]
+    steps = [(e.step, e.metrics) for e in read_events(events_path, StepEndEvent)]
+    evals = [(e.step, e.metrics) for e in read_events(events_path, EvalEvent)]
     out_dir = run_dir / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     written, shown = [], {}

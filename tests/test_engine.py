@@ -9,7 +9,7 @@ import pytest
 
 from pats.build import build_scaffold_policy
 from pats.engine.sampler import TaskSampler
-from pats.logging.events import EventLog, read_events
+from pats.logging.events import CardEvent, EditEvent, EvalEvent, EventLog, StepEndEvent, read_events
 from pats.spec.models import ExperimentSpec
 from pats.testing.engine import fake_engine
 from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
@@ -35,7 +35,7 @@ make_engine = fake_engine
 
 
 def entries_per_step(path):
-    return [e["metrics"]["scaffold/entries"] for e in read_events(path, "step_end")]
+    return [e.metrics["scaffold/entries"] for e in read_events(path, StepEndEvent)]
 
 
 def test_scaffold_grows_while_policy_fails_and_shrinks_as_it_succeeds(tmp_path, count_tokens):
@@ -51,7 +51,7 @@ def test_scaffold_grows_while_policy_fails_and_shrinks_as_it_succeeds(tmp_path, 
     assert peak >= 2, f"the scaffold never grew while the policy failed: {sizes}"
     assert sizes.index(peak) < 20, f"the scaffold peaked only late: {sizes}"
     assert sizes[-1] < peak, f"the scaffold did not shrink as the policy succeeded: {sizes}"
-    ops = [e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")]
+    ops = [e.edit.op for e in read_events(tmp_path / "events.jsonl", EditEvent)]
     assert "ADD" in ops and "DELETE" in ops
 
 
@@ -60,7 +60,7 @@ def test_removal_off_never_deletes(tmp_path, count_tokens):
     engine = make_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=1), count_tokens)
     asyncio.run(engine.run())
     engine.events.close()
-    ops = [e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")]
+    ops = [e.edit.op for e in read_events(tmp_path / "events.jsonl", EditEvent)]
     assert "ADD" in ops and "DELETE" not in ops
     sizes = entries_per_step(tmp_path / "events.jsonl")
     assert sizes == sorted(sizes), "without removal the scaffold can only grow"
@@ -75,11 +75,11 @@ def test_mode_none_never_builds_a_scaffold(tmp_path, count_tokens):
     asyncio.run(engine.run())
     engine.events.close()
     assert {version for _, _, version in backend.seen_views} == {""}
-    assert read_events(tmp_path / "events.jsonl", "edit") == []
-    assert read_events(tmp_path / "events.jsonl", "card") == []
+    assert read_events(tmp_path / "events.jsonl", EditEvent) == []
+    assert read_events(tmp_path / "events.jsonl", CardEvent) == []
     assert not (tmp_path / "scaffold").exists()
     # No "with / without scaffold" split where there is no scaffold: only the training success.
-    metrics = [e["metrics"] for e in read_events(tmp_path / "events.jsonl", "step_end")]
+    metrics = [e.metrics for e in read_events(tmp_path / "events.jsonl", StepEndEvent)]
     assert all("train/success" in m for m in metrics)
     assert not any(
         k.startswith(("train_with_scaffold/", "train_without_scaffold/")) for m in metrics for k in m
@@ -98,10 +98,8 @@ def test_every_rollout_of_a_group_sees_one_version(tmp_path, count_tokens):
     assert len({v for vs in by_group.values() for v in vs}) > 1, "the version never changed"
     # The with / without split is reported exactly for the steps whose groups carried a scaffold.
     carried = {step for step, _, version in backend.seen_views if version}
-    ends = read_events(tmp_path / "events.jsonl", "step_end")
-    assert carried and all(
-        ("train_with_scaffold/success" in e["metrics"]) == (e["step"] in carried) for e in ends
-    )
+    ends = read_events(tmp_path / "events.jsonl", StepEndEvent)
+    assert carried and all(("train_with_scaffold/success" in e.metrics) == (e.step in carried) for e in ends)
 
 
 class SlowReviser:
@@ -126,8 +124,8 @@ def test_review_overlaps_the_update(tmp_path, count_tokens):
     backend = ScriptedBackend(improving_schedule(), seed=3, update_delay=0.5)
     engine = make_engine(spec, tmp_path, backend, count_tokens, scaffold=scaffold)
     asyncio.run(engine.run())
-    for end in read_events(tmp_path / "events.jsonl", "step_end"):
-        m = end["metrics"]
+    for end in read_events(tmp_path / "events.jsonl", StepEndEvent):
+        m = end.metrics
         assert m["time/update_s"] >= 0.5 and m["time/review_s"] >= 0.5
         assert 0.4 <= m["time/review_overlap_s"] <= m["time/review_s"], m
         # Serial would take >= 1.0 s; overlapped, the step takes about the longer of the two.
@@ -155,7 +153,7 @@ def test_event_log_drops_a_half_written_step(tmp_path):
     reopened.write(1, "groups", groups=[])
     reopened.end_step(1)
     reopened.close()
-    steps = [(e["step"], e["event"]) for e in read_events(path)]
+    steps = [(e.step, e.event) for e in read_events(path)]
     assert steps == [(0, "groups"), (0, "step_end"), (1, "groups"), (1, "step_end")]
 
 
@@ -164,7 +162,7 @@ def test_static_never_edits_and_grow_only_adds(tmp_path, count_tokens, repo, mod
     spec = make_spec(mode=mode, initial_bank=str(repo / "experiments/banks/twc.json"))
     engine = make_engine(spec, tmp_path, ScriptedBackend(improving_schedule(), seed=4), count_tokens)
     asyncio.run(engine.run())
-    ops = {e["edit"]["op"] for e in read_events(tmp_path / "events.jsonl", "edit")}
+    ops = {e.edit.op for e in read_events(tmp_path / "events.jsonl", EditEvent)}
     sizes = entries_per_step(tmp_path / "events.jsonl")
     assert sizes[0] >= 4  # the bank's entries
     if mode == "static":
@@ -190,7 +188,7 @@ def test_pool_evaluation_plays_the_training_tasks_without_the_scaffold(tmp_path,
     backend.evaluate = spy
     asyncio.run(engine.run())
     engine.events.close()
-    evals = read_events(tmp_path / "events.jsonl", "eval")
-    assert len(evals) == 1 and 0.0 <= evals[0]["metrics"]["pool/success"] <= 1.0
+    evals = read_events(tmp_path / "events.jsonl", EvalEvent)
+    assert len(evals) == 1 and 0.0 <= evals[0].metrics["pool/success"] <= 1.0
     assert {t.id for t in pool} <= {task for task, empty in played if empty}
     assert all(empty for task, empty in played if task in {t.id for t in pool})

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pats.logging.events import EvalEvent, GroupsEvent, read_events
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: pytest's own dependency
@@ -73,13 +75,12 @@ def test_plugin_environment_trains_from_a_yaml_spec(tmp_path, repo, example, dec
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     run_dir = tmp_path / "runs" / "guess-pats"
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    groups = [g for e in events if e["event"] == "groups" for g in e["groups"]]
-    assert len(groups) == 4 and all(g["task"].startswith("guess:train:") for g in groups)
-    assert all(len(g["rewards"]) == 4 and set(g["rewards"]) <= {0.0, 1.0} for g in groups)
-    evals = [e for e in events if e["event"] == "eval"]
-    assert evals and 0.0 <= evals[-1]["metrics"]["eval/success"] <= 1.0
-    assert 1.0 <= evals[-1]["metrics"]["eval/turns"] <= 3.0  # guess's own max_turns
+    groups = [g for e in read_events(run_dir / "events.jsonl", GroupsEvent) for g in e.groups]
+    assert len(groups) == 4 and all(g.task.startswith("guess:train:") for g in groups)
+    assert all(len(g.rewards) == 4 and set(g.rewards) <= {0.0, 1.0} for g in groups)
+    evals = read_events(run_dir / "events.jsonl", EvalEvent)
+    assert evals and 0.0 <= evals[-1].metrics["eval/success"] <= 1.0
+    assert 1.0 <= evals[-1].metrics["eval/turns"] <= 3.0  # guess's own max_turns
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {m["step"] for m in metrics} >= {0, 1}
     assert list((run_dir / "scaffold" / "versions").iterdir()), "the scaffold was reviewed on guess cards"

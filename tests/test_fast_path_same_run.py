@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pats.engine.run import new_run, train
-from pats.logging.events import read_events
+from pats.logging.events import EvalEvent, read_events
 from pats.spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -56,14 +56,14 @@ def test_the_fast_path_runs_the_same_experiment_in_fp32(repo, tmp_path):
     slow, slow_weights = _run(repo, tmp_path / "slow", SLOW)
 
     def kept(events, kind):
-        return [e for e in events if e["event"] == kind]
+        return [e for e in events if e.event == kind]
 
     assert kept(fast, "groups") == kept(slow, "groups")  # every rollout's reward, step by step
     assert kept(fast, "card") == kept(slow, "card")  # the evidence: trajectories, outcomes
     assert kept(fast, "edit") == kept(slow, "edit")
     assert len(kept(fast, "card")) >= 4 and kept(fast, "groups")
-    evals = [e["metrics"]["eval/success"] for e in fast if e["event"] == "eval"]
-    assert evals == [e["metrics"]["eval/success"] for e in slow if e["event"] == "eval"] and evals
+    evals = [e.metrics["eval/success"] for e in fast if isinstance(e, EvalEvent)]
+    assert evals == [e.metrics["eval/success"] for e in slow if isinstance(e, EvalEvent)] and evals
     assert fast_weights.keys() == slow_weights.keys()
     # Adam's first steps move each weight by ~lr x sign(gradient), so a gradient that rounding moves
     # across zero flips that weight's step: compare whole matrices, not elements.

@@ -22,9 +22,13 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from pats.logging.events import Event
 
 # scripts/gpu-check --dry-run sets cpu: the same tests on the CPU, to check the code, not the GPU.
 DEVICE = os.environ.get("PATS_GPU_CHECK_DEVICE", "cuda")
@@ -131,7 +135,7 @@ def _quickstart_env():
 
 def run_quickstart(
     repo: Path, root: Path, overrides: list[str], monkeypatch
-) -> tuple[list[dict], dict, float]:
+) -> tuple[list[Event], dict, float]:
     """(events, step-1 adapter weights, wall seconds) of the quickstart spec on CUDA."""
     from safetensors.torch import load_file
 
@@ -163,12 +167,12 @@ def test_a_two_step_quickstart_plays_the_same_episodes_on_the_fast_and_older_pat
     slow, slow_weights, slow_s = run_quickstart(repo, tmp_path / "slow", [*small, *SLOW], monkeypatch)
 
     def kept(events, kind):
-        return [e for e in events if e["event"] == kind]
+        return [e for e in events if e.event == kind]
 
     assert kept(fast, "groups") and kept(fast, "groups") == kept(slow, "groups")  # every reward
     assert kept(fast, "card") == kept(slow, "card") and kept(fast, "edit") == kept(slow, "edit")
-    evals = [e["metrics"]["eval/success"] for e in kept(fast, "eval")]
-    assert evals and evals == [e["metrics"]["eval/success"] for e in kept(slow, "eval")]
+    evals = [e.metrics["eval/success"] for e in kept(fast, "eval")]
+    assert evals and evals == [e.metrics["eval/success"] for e in kept(slow, "eval")]
     distance = {n: float((fast_weights[n] - w).norm() / w.norm()) for n, w in slow_weights.items()}
     record(
         "quickstart_same_run",

@@ -227,7 +227,7 @@ async def test_the_reason_names_the_warmup_and_what_was_withdrawn():
 
 async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
     from pats.lm import render_assessment
-    from pats.logging.events import EventLog, read_events, write_review
+    from pats.logging.events import AssessmentEvent, EventLog, read_events, write_review
     from pats.types import ReviewResult
 
     j = anchor(removal_warmup=1)
@@ -241,10 +241,7 @@ async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
     log = EventLog(tmp_path / "events.jsonl")
     write_review(log, 4, [], ReviewResult(step=4, cards=(), assessments=(a,), edits=()), None)
     log.end_step(4)
-    (line,) = read_events(tmp_path / "events.jsonl", "assessment")
-    assert line["assessment"]["reason"] == a.reason and line["assessment"]["reviews"] == 4
-    assert line["assessment"]["scopes"][1] == {
-        "scope": "task:t1",
-        "success": pytest.approx(0.3439),
-        "withdraw": True,
-    }
+    (line,) = read_events(tmp_path / "events.jsonl", AssessmentEvent)
+    assert line.assessment.reason == a.reason and line.assessment.reviews == 4
+    scope = line.assessment.scopes[1]
+    assert (scope.scope, scope.success, scope.withdraw) == ("task:t1", pytest.approx(0.3439), True)

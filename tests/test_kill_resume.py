@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pats.logging.events import read_events
+from pats.logging.events import CardEvent, GroupsEvent, StepEndEvent, read_events
 
 pytestmark = pytest.mark.slow
 
@@ -63,13 +63,13 @@ def summary(run_dir: Path) -> dict:
     events = read_events(run_dir / "events.jsonl")
     per_step: dict[int, list[str]] = {}
     for e in events:
-        per_step.setdefault(e["step"], []).append(e["event"])
+        per_step.setdefault(e.step, []).append(e.event)
     versions = [
         json.loads(p.read_text())["hash"] for p in sorted((run_dir / "scaffold" / "versions").glob("*.json"))
     ]
-    rewards = [g["rewards"] for e in events if e["event"] == "groups" for g in e["groups"]]
+    rewards = [g.rewards for e in events if isinstance(e, GroupsEvent) for g in e.groups]
     return {
-        "ends": [e["step"] for e in events if e["event"] == "step_end"],
+        "ends": [e.step for e in events if isinstance(e, StepEndEvent)],
         "groups_events": {s: names.count("groups") for s, names in per_step.items() if s >= 0},
         "versions": versions,
         "rewards": rewards,
@@ -96,7 +96,7 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_pat
     finally:
         _kill_group(killed)
     assert killed.returncode == -signal.SIGKILL
-    assert read_events(run_dir / "events.jsonl", "step_end")[-1]["step"] == 0
+    assert read_events(run_dir / "events.jsonl", StepEndEvent)[-1].step == 0
 
     resumed = subprocess.run(
         [sys.executable, "-m", "pats", "run", "--resume", str(run_dir)],
@@ -150,14 +150,14 @@ def test_a_killed_jvm_fails_one_episode_and_the_run_goes_on(repo, tmp_path, kill
     kill_jvm_on_step(3)  # the third step of the run: one episode of step 0 is in flight
     run_dir = asyncio.run(train(spec, new_run(spec)))
 
-    ends = read_events(run_dir / "events.jsonl", "step_end")
-    assert [e["step"] for e in ends] == [0, 1]
-    assert ends[0]["metrics"]["train/errors"] == 1.0
-    assert ends[0]["metrics"]["train/env_fault_groups_dropped"] == 1.0
-    assert ends[1]["metrics"]["train/errors"] == 0.0, "the next step should run on a restarted JVM"
-    cards = [e["card"] for e in read_events(run_dir / "events.jsonl", "card") if e["step"] == 0]
-    failure = [c for c in cards if c["type"] == "failure"]
-    assert failure and any("JVM" in c["text"] or "environment" in c["text"] for c in failure)
+    ends = read_events(run_dir / "events.jsonl", StepEndEvent)
+    assert [e.step for e in ends] == [0, 1]
+    assert ends[0].metrics["train/errors"] == 1.0
+    assert ends[0].metrics["train/env_fault_groups_dropped"] == 1.0
+    assert ends[1].metrics["train/errors"] == 0.0, "the next step should run on a restarted JVM"
+    cards = [e.card for e in read_events(run_dir / "events.jsonl", CardEvent) if e.step == 0]
+    failure = [c for c in cards if c.type == "failure"]
+    assert failure and any("JVM" in c.text or "environment" in c.text for c in failure)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

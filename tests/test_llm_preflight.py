@@ -19,7 +19,7 @@ import pytest
 from pats.cli.main import main
 from pats.engine import run as run_module
 from pats.llm_check import preflight
-from pats.logging.events import read_events
+from pats.logging.events import FallbackEvent, StepEndEvent, read_events
 from pats.review import FALLBACK_STREAK_WARNING
 from pats.spec.models import ExperimentSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
@@ -180,8 +180,8 @@ def test_a_right_configuration_trains_and_the_preflight_eats_no_scripted_answer(
     assert len(built) == 1 and preflights == 1
     assert answered >= 2 and left == 20 - answered, "every review request got a scripted answer"
     log = tmp_path / "preflight" / "events.jsonl"
-    assert [e["step"] for e in read_events(log, "step_end")] == [0, 1]
-    assert not read_events(log, "fallback"), "the LLM reviser answered every review"
+    assert [e.step for e in read_events(log, StepEndEvent)] == [0, 1]
+    assert not read_events(log, FallbackEvent), "the LLM reviser answered every review"
 
 
 def test_preflight_false_trains_on_rules_and_says_so_once(pats_run, tmp_path, monkeypatch):
@@ -191,10 +191,10 @@ def test_preflight_false_trains_on_rules_and_says_so_once(pats_run, tmp_path, mo
         code, err, built = pats_run(server.base_url, preflight=False, steps=steps)
         assert not server.preflights
     assert code == 0, err
-    ends = read_events(tmp_path / "preflight" / "events.jsonl", "step_end")
-    assert [e["step"] for e in ends] == list(range(steps)), "today's behaviour: training goes on"
-    assert all(e["metrics"]["review/fallback"] == 1.0 for e in ends)
-    assert [e["metrics"]["review/fallback_streak"] for e in ends] == [float(s + 1) for s in range(steps)]
+    ends = read_events(tmp_path / "preflight" / "events.jsonl", StepEndEvent)
+    assert [e.step for e in ends] == list(range(steps)), "today's behaviour: training goes on"
+    assert all(e.metrics["review/fallback"] == 1.0 for e in ends)
+    assert [e.metrics["review/fallback_streak"] for e in ends] == [float(s + 1) for s in range(steps)]
     assert err.count("steps in a row") == 1, err
     assert f"step {FALLBACK_STREAK_WARNING - 1}: the LLM reviser has failed" in err
     assert "reviser.llm" in err and "sk-wrong-key" not in err

@@ -13,7 +13,7 @@ import pytest
 
 from pats.backends.local.backend import LocalBackend
 from pats.engine.run import new_run, train
-from pats.logging.events import read_events
+from pats.logging.events import CardEvent, EditEvent, EvalEvent, GroupsEvent, StepEndEvent, read_events
 from pats.scaffold.render import HEADER
 from pats.spec import load_spec
 
@@ -55,23 +55,23 @@ def test_run_directory_holds_what_it_claims(run):
     run_dir, _ = run
     assert load_spec(run_dir / "spec.yaml").trainer.steps == 2
     events = read_events(run_dir / "events.jsonl")
-    ends = [e for e in events if e["event"] == "step_end"]
-    assert [e["step"] for e in ends] == [0, 1]
-    cards = [e for e in events if e["event"] == "card"]
-    assert {c["card"]["type"] for c in cards} == {"outcome", "contrast", "failure", "utility"}
-    assert len([c for c in cards if c["card"]["type"] == "outcome"]) == 4  # 2 tasks x 2 steps
-    groups = [g for e in events if e["event"] == "groups" for g in e["groups"]]
-    assert len(groups) == 4 and all(len(g["rewards"]) == 4 for g in groups)
-    evals = [e for e in events if e["event"] == "eval"]
-    assert len(evals) == 1 and "eval/success" in evals[0]["metrics"]
+    ends = [e for e in events if isinstance(e, StepEndEvent)]
+    assert [e.step for e in ends] == [0, 1]
+    cards = [e for e in events if isinstance(e, CardEvent)]
+    assert {c.card.type for c in cards} == {"outcome", "contrast", "failure", "utility"}
+    assert len([c for c in cards if c.card.type == "outcome"]) == 4  # 2 tasks x 2 steps
+    groups = [g for e in events if isinstance(e, GroupsEvent) for g in e.groups]
+    assert len(groups) == 4 and all(len(g.rewards) == 4 for g in groups)
+    evals = [e for e in events if isinstance(e, EvalEvent)]
+    assert len(evals) == 1 and "eval/success" in evals[0].metrics
     # The response-likelihood gap over the expert pairs of eval.gap_tasks training tasks.
-    assert evals[0]["metrics"]["eval/expert_pairs"] > 0
-    assert evals[0]["metrics"]["eval/expert_nll"] > 0 and "eval/likelihood_gap" in evals[0]["metrics"]
+    assert evals[0].metrics["eval/expert_pairs"] > 0
+    assert evals[0].metrics["eval/expert_nll"] > 0 and "eval/likelihood_gap" in evals[0].metrics
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "train/success" in m] == [0, 1]
     versions = sorted((run_dir / "scaffold" / "versions").glob("*.json"))
-    edits = [e for e in events if e["event"] == "edit"]
-    assert len(versions) == len({e["step"] for e in edits})  # one version per step that edited
+    edits = [e for e in events if isinstance(e, EditEvent)]
+    assert len(versions) == len({e.step for e in edits})  # one version per step that edited
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
     assert latest["step"] == 1 and (run_dir / "checkpoints" / "step_000001" / "policy" / "adapter").is_dir()
     assert list((run_dir / "wandb").glob("offline-run-*"))
@@ -79,11 +79,7 @@ def test_run_directory_holds_what_it_claims(run):
 
 def test_deployment_prompt_has_no_scaffold(run):
     run_dir, prompts = run
-    texts = [
-        e["edit"]["text"]
-        for e in read_events(run_dir / "events.jsonl", "edit")
-        if e["edit"]["op"] != "DELETE"
-    ]
+    texts = [e.edit.text for e in read_events(run_dir / "events.jsonl", EditEvent) if e.edit.op != "DELETE"]
     assert texts, "the review added nothing to check against"
     # Chosen by episode id, not by the view (the property under test): held-out evaluation and the
     # probe rollouts (the first `probes` of each group, s<step>-<task>-<i>) carry no scaffold text.
@@ -96,8 +92,8 @@ def test_deployment_prompt_has_no_scaffold(run):
     for prompt in deployed + probe_prompts:
         assert HEADER not in prompt and not any(t in prompt for t in texts)
     # Step 1's scaffolded rollouts show the guidance step 0's review added at type scope.
-    step0 = [e["edit"] for e in read_events(run_dir / "events.jsonl", "edit") if e["step"] == 0]
-    typed = [e["text"] for e in step0 if e["op"] == "ADD" and e["scope"].startswith("type:")]
+    step0 = [e.edit for e in read_events(run_dir / "events.jsonl", EditEvent) if e.step == 0]
+    typed = [e.text for e in step0 if e.op == "ADD" and e.scope.startswith("type:")]
     scaffolded = [
         p for rid, _, p in prompts if rid.startswith("s1-") and int(rid.rsplit("-", 1)[1]) >= probes
     ]
@@ -243,8 +239,8 @@ def test_resume_redoes_steps_after_the_checkpoint_without_duplicates(run, tmp_pa
     versions_at_step0 = step0["scaffold_version"]
     resume(copy)
     events = read_events(copy / "events.jsonl")
-    assert [e["step"] for e in events if e["event"] == "step_end"] == [0, 1]
-    assert sorted({e["step"] for e in events if e["event"] == "card"}) == [0, 1]
+    assert [e.step for e in events if isinstance(e, StepEndEvent)] == [0, 1]
+    assert sorted({e.step for e in events if isinstance(e, CardEvent)}) == [0, 1]
     metric_steps = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()]
     assert metric_steps.count(0) == 1 and metric_steps.count(1) == 2  # step 1 + its evaluation
     numbers = sorted(int(p.stem) for p in (copy / "scaffold" / "versions").glob("*.json"))

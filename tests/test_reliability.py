@@ -20,7 +20,7 @@ from pats.engine import run as run_module
 from pats.engine.loop import Engine, trainable
 from pats.engine.run import new_run, resume, train
 from pats.errors import RunInterrupted, TrainingError
-from pats.logging.events import read_events
+from pats.logging.events import ReviewFailedEvent, StepEndEvent, VersionEvent, read_events
 from pats.spec.models import ExperimentSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
 from pats.testing.engine import fake_engine
@@ -64,7 +64,7 @@ async def _no_close() -> None:
 
 
 def steps_logged(run_dir) -> list[int]:
-    return [e["step"] for e in read_events(run_dir / "events.jsonl", "step_end")]
+    return [e.step for e in read_events(run_dir / "events.jsonl", StepEndEvent)]
 
 
 def latest_step(run_dir) -> int:
@@ -158,7 +158,7 @@ def test_nonfinite_updates_stop_the_run_only_when_k_come_in_a_row(tmp_path, coun
         tmp_path / "a", count_tokens, Nonfinite([True, False, True, False]), max_nonfinite_updates=2
     )
     asyncio.run(ok.run())
-    assert [e["step"] for e in read_events(tmp_path / "a" / "events.jsonl", "step_end")] == [0, 1, 2, 3]
+    assert [e.step for e in read_events(tmp_path / "a" / "events.jsonl", StepEndEvent)] == [0, 1, 2, 3]
 
     bad = engine_for(
         tmp_path / "b", count_tokens, Nonfinite([False, True, True, False]), max_nonfinite_updates=2
@@ -167,7 +167,7 @@ def test_nonfinite_updates_stop_the_run_only_when_k_come_in_a_row(tmp_path, coun
         asyncio.run(bad.run())
     bad.events.close()
     # Step 2 was never finished: nothing of it is in the log, so a resume redoes it.
-    assert [e["step"] for e in read_events(tmp_path / "b" / "events.jsonl", "step_end")] == [0, 1]
+    assert [e.step for e in read_events(tmp_path / "b" / "events.jsonl", StepEndEvent)] == [0, 1]
 
 
 class EnvFaults(ScriptedBackend):
@@ -198,11 +198,11 @@ def test_groups_with_an_environment_fault_follow_the_spec_rule(tmp_path, count_t
     engine = engine_for(tmp_path, count_tokens, backend, on_env_fault=rule, steps=2)
     asyncio.run(engine.run())
     engine.events.close()
-    ends = read_events(tmp_path / "events.jsonl", "step_end")
-    dropped = [e["metrics"]["train/env_fault_groups_dropped"] for e in ends]
+    ends = read_events(tmp_path / "events.jsonl", StepEndEvent)
+    dropped = [e.metrics["train/env_fault_groups_dropped"] for e in ends]
     assert [len(t) for t in backend.trained] == ([1, 1] if rule == "drop" else [2, 2])
     assert dropped == ([1.0, 1.0] if rule == "drop" else [0.0, 0.0])
-    assert all(e["metrics"]["train/errors"] == 1.0 for e in ends)  # the review still sees them
+    assert all(e.metrics["train/errors"] == 1.0 for e in ends)  # the review still sees them
 
 
 def test_trainable_keeps_groups_without_errors(tmp_path):
@@ -280,13 +280,13 @@ def test_a_review_that_raises_is_logged_and_the_run_trains_on(tmp_path, fake_run
 
     log = run_dir / "events.jsonl"
     assert steps_logged(run_dir) == [0, 1, 2, 3]
-    failed = read_events(log, "review_failed")
-    assert [(e["step"], e["in_a_row"]) for e in failed] == [(2, 1), (3, 2)]
-    assert failed[0]["error"] == "RuntimeError: judge bug at step 2"
-    assert failed[0]["where"].startswith("fakes.py:") and failed[0]["where"].endswith("in assess")
-    ends = read_events(log, "step_end")
-    assert [e["metrics"]["review/failed"] for e in ends] == [0.0, 0.0, 1.0, 1.0]
-    assert not [e for e in read_events(log, "version") if e["step"] >= 2], "the scaffold stays as it was"
+    failed = read_events(log, ReviewFailedEvent)
+    assert [(e.step, e.in_a_row) for e in failed] == [(2, 1), (3, 2)]
+    assert failed[0].error == "RuntimeError: judge bug at step 2"
+    assert failed[0].where.startswith("fakes.py:") and failed[0].where.endswith("in assess")
+    ends = read_events(log, StepEndEvent)
+    assert [e.metrics["review/failed"] for e in ends] == [0.0, 0.0, 1.0, 1.0]
+    assert not [e for e in read_events(log, VersionEvent) if e.step >= 2], "the scaffold stays as it was"
     assert "the scaffold review raised RuntimeError: judge bug at step 2" in capsys.readouterr().err
     # The judge's state is put back as it was before a failed review: steps 2 and 3 end with the
     # state of step 1, though the judge counted both steps before it raised.
@@ -310,4 +310,4 @@ def test_k_failed_reviews_in_a_row_stop_the_run_with_the_cause(tmp_path, fake_ru
     assert "pats run --resume" in message
     # Step 2 never ended, so a resume redoes it; the checkpoint of step 1 is intact.
     assert steps_logged(run_dir) == [0, 1] and latest_step(run_dir) == 1
-    assert [e["step"] for e in read_events(run_dir / "events.jsonl", "review_failed")] == [1, 2]
+    assert [e.step for e in read_events(run_dir / "events.jsonl", ReviewFailedEvent)] == [1, 2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pats.logging.events import read_events
+from pats.logging.events import EditEvent, FallbackEvent, RefusedEvent, StepEndEvent, read_events
 from pats.reviser import LLMReviser, RulesReviser
 from pats.spec.models import ExperimentSpec
 from pats.testing import ScriptedBackend, ScriptedOpenAIServer, improving_schedule
@@ -68,19 +68,19 @@ def test_faults_and_invalid_sets_fall_back_to_rules(tmp_path, count_tokens, monk
         requests = len(server.requests)
 
     log = tmp_path / "events.jsonl"
-    ends = read_events(log, "step_end")
-    assert [e["step"] for e in ends] == [0, 1, 2], "a failing reviser must not cost a training step"
-    faults = sum(e["metrics"]["review/llm_faults"] for e in ends)
+    ends = read_events(log, StepEndEvent)
+    assert [e.step for e in ends] == [0, 1, 2], "a failing reviser must not cost a training step"
+    faults = sum(e.metrics["review/llm_faults"] for e in ends)
     assert faults >= 6  # 429, timeout, non-JSON body, 503, truncated body, wrong schema: each counted
     kinds = reviewer.reviser.faults
     assert kinds["rate_limit"] == 1 and kinds["timeout"] >= 1 and kinds["server_error"] >= 1
     assert kinds["malformed"] >= 1, dict(kinds)
-    refused = [e["problem"] for e in read_events(log, "refused")]
+    refused = [e.problem for e in read_events(log, RefusedEvent)]
     assert any("attempt 1" in p for p in refused) and any("attempt 2" in p for p in refused)
     assert any("c-nope" in p for p in refused)
-    assert read_events(log, "fallback"), "the rules reviser should have answered"
-    adds = [e for e in read_events(log, "edit") if e["edit"]["op"] == "ADD"]
-    assert adds and all("Be careful." not in e["edit"]["text"] for e in adds)
+    assert read_events(log, FallbackEvent), "the rules reviser should have answered"
+    adds = [e for e in read_events(log, EditEvent) if e.edit.op == "ADD"]
+    assert adds and all("Be careful." not in e.edit.text for e in adds)
     assert requests >= 6
     assert "sk-test-PLANTED" not in log.read_text()
 
@@ -93,10 +93,10 @@ def test_a_reviser_endpoint_that_refuses_connections_costs_no_step(tmp_path, cou
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     scaffold = train_three_steps(spec_for(f"http://127.0.0.1:{port}/v1"), tmp_path, count_tokens)
-    ends = read_events(tmp_path / "events.jsonl", "step_end")
-    assert [e["step"] for e in ends] == [0, 1, 2]
+    ends = read_events(tmp_path / "events.jsonl", StepEndEvent)
+    assert [e.step for e in ends] == [0, 1, 2]
     assert scaffold.reviewer.reviser.faults["connection"] >= 3
-    assert all(e["metrics"]["review/fallback"] == 1.0 for e in ends)
+    assert all(e.metrics["review/fallback"] == 1.0 for e in ends)
 
 
 def test_llm_calls_and_their_latency_reach_the_step_metrics(tmp_path, count_tokens, monkeypatch):
@@ -104,7 +104,7 @@ def test_llm_calls_and_their_latency_reach_the_step_metrics(tmp_path, count_toke
     with ScriptedOpenAIServer([{"delay": 0.2, "text": WIRE_INVALID}] * 60) as server:
         train_three_steps(spec_for(server.base_url), tmp_path, count_tokens)
         requests = len(server.requests)
-    ends = [e["metrics"] for e in read_events(tmp_path / "events.jsonl", "step_end")]
+    ends = [e.metrics for e in read_events(tmp_path / "events.jsonl", StepEndEvent)]
     calls = sum(m["review/llm_calls"] for m in ends)
     assert calls == requests >= 3, "every answered request is one call (none failed here)"
     assert all(m["review/llm_faults"] == 0 for m in ends)

@@ -16,7 +16,14 @@ import re
 from pats.build import build_scaffold_policy
 from pats.cli.main import main
 from pats.engine import run as run_module
-from pats.logging.events import read_events
+from pats.logging.events import (
+    EditEvent,
+    FallbackEvent,
+    RefusedEvent,
+    StepEndEvent,
+    VersionEvent,
+    read_events,
+)
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
 from pats.testing.engine import fake_engine
 from pats.types import AddEdit, ReviewResult
@@ -68,20 +75,18 @@ def test_pats_run_survives_a_reviser_that_answers_a_type_scoped_plan(tmp_path, m
         requests = [r["messages"][-1]["content"] for r in server.requests]
 
     log = tmp_path / "family-plan" / "events.jsonl"
-    assert [e["step"] for e in read_events(log, "step_end")] == list(range(STEPS))
-    refused = [e["problem"] for e in read_events(log, "refused")]
+    assert [e.step for e in read_events(log, StepEndEvent)] == list(range(STEPS))
+    refused = [e.problem for e in read_events(log, RefusedEvent)]
     assert any("attempt 1" in p and PLAN_ERROR in p for p in refused), refused
     assert any("attempt 2" in p and PLAN_ERROR in p for p in refused), refused
-    assert read_events(log, "fallback"), "the rules reviser should have answered"
+    assert read_events(log, FallbackEvent), "the rules reviser should have answered"
     # The second attempt was told what to write instead.
     assert any(PLAN_ERROR in r and "scope it 'task:<task id>'" in r for r in requests)
-    edits = [e["edit"] for e in read_events(log, "edit")]
+    edits = [e.edit for e in read_events(log, EditEvent)]
     assert edits, "the rules reviser's edits should have been applied"
-    assert not [
-        e for e in edits if e["op"] == "ADD" and e["kind"] == "plan" and e["scope"].startswith("type:")
-    ]
+    assert not [e for e in edits if e.op == "ADD" and e.kind == "plan" and e.scope.startswith("type:")]
     assert not [p for p in refused if STORE_REFUSED in p], "the review should have refused it first"
-    assert all(e["metrics"]["review/store_refused"] == 0.0 for e in read_events(log, "step_end"))
+    assert all(e.metrics["review/store_refused"] == 0.0 for e in read_events(log, StepEndEvent))
 
 
 class PassEverything:
@@ -133,12 +138,12 @@ def test_the_engine_keeps_training_when_the_store_refuses_a_set(tmp_path, count_
     engine.events.close()
 
     log = tmp_path / "events.jsonl"
-    ends = read_events(log, "step_end")
-    assert [e["step"] for e in ends] == list(range(STEPS))
-    assert all(e["metrics"]["review/store_refused"] == 1.0 for e in ends)
-    refusals = [e for e in read_events(log, "refused") if STORE_REFUSED in e["problem"]]
-    assert [e["step"] for e in refusals] == list(range(STEPS))
-    assert all(PLAN_ERROR in e["problem"] for e in refusals)
+    ends = read_events(log, StepEndEvent)
+    assert [e.step for e in ends] == list(range(STEPS))
+    assert all(e.metrics["review/store_refused"] == 1.0 for e in ends)
+    refusals = [e for e in read_events(log, RefusedEvent) if STORE_REFUSED in e.problem]
+    assert [e.step for e in refusals] == list(range(STEPS))
+    assert all(PLAN_ERROR in e.problem for e in refusals)
     assert scaffold.store.current.number == 0, "a refused set leaves the scaffold version as it was"
-    assert not read_events(log, "version")
-    assert not read_events(log, "edit"), "edits the store refused are not logged as applied"
+    assert not read_events(log, VersionEvent)
+    assert not read_events(log, EditEvent), "edits the store refused are not logged as applied"

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from pats.cli.main import main
-from pats.logging.events import read_events
+from pats.logging.events import EditEvent, GroupsEvent, read_events
 from pats.spec.models import ExperimentSpec
 from pats.testing import ScriptedBackend, improving_schedule
 from pats.testing.engine import fake_engine
@@ -32,8 +32,8 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     asyncio.run(engine.run())
     engine.events.close()
     versions = sorted((tmp_path / "scaffold" / "versions").glob("*.json"))
-    edits = [e["edit"] for e in read_events(tmp_path / "events.jsonl", "edit")]
-    assert {"ADD", "DELETE"} <= {e["op"] for e in edits}
+    edits = [e.edit for e in read_events(tmp_path / "events.jsonl", EditEvent)]
+    assert {"ADD", "DELETE"} <= {e.op for e in edits}
 
     assert main(["scaffold", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -41,8 +41,8 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     assert sum(line.startswith("version ") for line in lines) == len(versions)
     added = [line for line in lines if line.startswith("  + ")]
     removed = [line for line in lines if line.startswith("  - ")]
-    assert len(added) == sum(e["op"] == "ADD" for e in edits)
-    assert len(removed) == sum(e["op"] == "DELETE" for e in edits)
+    assert len(added) == sum(e.op == "ADD" for e in edits)
+    assert len(removed) == sum(e.op == "DELETE" for e in edits)
     last = json.loads(versions[-1].read_text())
     assert f"{len(last['entries'])} entries" in [line for line in lines if line.startswith("version ")][-1]
 
@@ -62,12 +62,12 @@ def test_history_lists_every_edit_of_the_run(tmp_path, count_tokens, capsys):
     assert f"known numbers are 0..{last['number']}" in capsys.readouterr().err
 
     # --at STEP: the version the step's rollouts were pinned to, as the event log says.
-    groups = {e["step"]: e["groups"] for e in read_events(tmp_path / "events.jsonl", "groups")}
-    step = next(s for s in sorted(groups) if s > 0 and groups[s][0]["version"] != groups[0][0]["version"])
+    groups = {e.step: e.groups for e in read_events(tmp_path / "events.jsonl", GroupsEvent)}
+    step = next(s for s in sorted(groups) if s > 0 and groups[s][0].version != groups[0][0].version)
     pinned = next(
         json.loads(p.read_text())
         for p in versions
-        if json.loads(p.read_text())["hash"] == groups[step][0]["version"]
+        if json.loads(p.read_text())["hash"] == groups[step][0].version
     )
     assert main(["scaffold", str(tmp_path), "--at", str(step)]) == 0
     at = capsys.readouterr().out

@@ -22,7 +22,14 @@ import pytest
 from pats.cli.main import main
 from pats.engine import run as run_module
 from pats.errors import PrerequisiteError
-from pats.logging.events import read_events
+from pats.logging.events import (
+    AssessmentEvent,
+    EditEvent,
+    FallbackEvent,
+    RefusedEvent,
+    StepEndEvent,
+    read_events,
+)
 from pats.testing import FakeEnv, ScriptedBackend, ServedModel, improving_schedule
 
 pytestmark = pytest.mark.slow
@@ -97,19 +104,19 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
     assert code == 0, err
 
     events = tmp_path / "served" / "events.jsonl"
-    (end,) = read_events(events, "step_end")
-    m = end["metrics"]
+    (end,) = read_events(events, StepEndEvent)
+    m = end.metrics
     answered, faults = int(m["review/llm_calls"]), int(m["review/llm_faults"])
     malformed, tokens = int(m["review/llm_malformed"]), int(m["review/llm_tokens"])
-    refused = [r["problem"] for r in read_events(events, "refused")]
-    fallbacks = read_events(events, "fallback")
-    verdicts = [v for a in read_events(events, "assessment") for v in a["assessment"]["verdicts"]]
-    edits = read_events(events, "edit")
+    refused = [r.problem for r in read_events(events, RefusedEvent)]
+    fallbacks = read_events(events, FallbackEvent)
+    verdicts = [v for a in read_events(events, AssessmentEvent) for v in a.assessment.verdicts]
+    edits = read_events(events, EditEvent)
     print(
         f"\nserved run: {seconds:.0f} s (server ready in {served.started_s:.0f} s), {served.requests()} requests; "
         f"answers parsed {answered}, malformed {malformed}, other faults {faults - malformed}, tokens {tokens}; "
         f"edits applied {len(edits)}, refused sets {len(refused)}, fallbacks {len(fallbacks)}; "
-        f"verdicts {[(v['label'], v['reason'][:80]) for v in verdicts]}"
+        f"verdicts {[(v.label, v.reason[:80]) for v in verdicts]}"
     )
     for problem in refused:
         print("  refused:", problem[:300])
@@ -121,7 +128,7 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
     assert tokens > 0, "the tokens of every answer, usable or not, as the server reported them"
     # The judge graded the bank's entries: each verdict a grade or unscored with its reason.
     assert verdicts, "the bank's general entries are there to grade"
-    assert all(v["label"] in {"helpful", "redundant", "harmful", "stale"} or v["reason"] for v in verdicts)
+    assert all(v.label in {"helpful", "redundant", "harmful", "stale"} or v.reason for v in verdicts)
     # A reviser whose answers could not be used is logged as such and the rules answer in its place.
     failed = [p for p in refused if "reviser failed" in p]
     assert all("malformed" in p for p in failed), failed

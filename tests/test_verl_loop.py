@@ -9,7 +9,6 @@ probe per group of two, validation rows never scaffolded), and the service's rev
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import threading
 from pathlib import Path
@@ -30,6 +29,7 @@ from pats.backends.verl.data import task_rows
 from pats.backends.verl.launch import write_bundle
 from pats.backends.verl.service import ScaffoldService
 from pats.envs.twx import TwxEnv
+from pats.logging.events import StepEndEvent, read_events
 from pats.models import resolve_model_dir
 from pats.scaffold.render import HEADER
 from pats.spec import load_spec
@@ -198,9 +198,8 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     await service.wait_reviews()
     state = await service.state()
     assert state.reviewed_steps == (0,) and state.late_reports == 0
-    ends = [json.loads(x) for x in (Path(cfg.pats.run_dir) / "events.jsonl").read_text().splitlines()]
-    step_end = next(e for e in ends if e["event"] == "step_end")
-    assert step_end["metrics"]["train/groups"] == 1.0
+    step_end = read_events(Path(cfg.pats.run_dir) / "events.jsonl", StepEndEvent)[0]
+    assert step_end.metrics["train/groups"] == 1.0
 
 
 async def expert_worker(tmp_path, monkeypatch, split: str, placement: str = "system"):

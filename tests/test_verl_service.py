@@ -25,6 +25,7 @@ from pats.backends.verl.data import task_rows
 from pats.backends.verl.launch import write_bundle
 from pats.backends.verl.service import connect
 from pats.envs.twx import TwxEnv
+from pats.logging.events import EditEvent, StepEndEvent, read_events
 from pats.scaffold.render import HEADER
 from pats.spec import load_spec
 
@@ -132,9 +133,8 @@ async def test_groups_pin_one_version_and_revisions_land_between_steps(tmp_path,
     assert state.reviewed_steps == (0, 1) and state.late_reports == 0
     # Persisted like the local backend's run directory.
     assert (run_dir / "scaffold" / "versions" / f"{state.version:06d}.json").is_file()
-    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in events if e["event"] == "step_end"] == [0, 1]
-    assert any(e["event"] == "edit" and e["edit"]["scope"] == "type:twc" for e in events)
+    assert [e.step for e in read_events(run_dir / "events.jsonl", StepEndEvent)] == [0, 1]
+    assert any(e.edit.scope == "type:twc" for e in read_events(run_dir / "events.jsonl", EditEvent))
     # The local engine's step metrics, in metrics.jsonl as a local run writes them.
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]

@@ -11,7 +11,7 @@ import pytest
 
 from pats.backends.verl.service import TRACKER, ScaffoldService
 from pats.errors import PrerequisiteError, TrainingError
-from pats.logging.events import read_events
+from pats.logging.events import ReviewFailedEvent, StepEndEvent, read_events
 from pats.types import Rollout, Task, Turn
 
 pytestmark = pytest.mark.slow  # a TextWorldExpress JVM per service
@@ -72,13 +72,13 @@ async def test_a_review_that_raises_does_not_stop_the_service_and_k_in_a_row_do(
         await play(service, step, wins=2)  # step 1's review raises; step 2's pins are served
     state = await service.state()
     assert state.reviewed_steps == (0, 1, 2, 3) and state.failed_reviews_in_a_row == 1
-    failed = read_events(run_dir / "events.jsonl", "review_failed")
-    assert [(e["step"], e["error"]) for e in failed] == [
+    failed = read_events(run_dir / "events.jsonl", ReviewFailedEvent)
+    assert [(e.step, e.error) for e in failed] == [
         (1, "RuntimeError: judge bug at step 1"),
         (3, "RuntimeError: judge bug at step 3"),
     ]
-    ends = read_events(run_dir / "events.jsonl", "step_end")
-    assert [e["metrics"]["review/failed"] for e in ends] == [0.0, 1.0, 0.0, 1.0]
+    ends = read_events(run_dir / "events.jsonl", StepEndEvent)
+    assert [e.metrics["review/failed"] for e in ends] == [0.0, 1.0, 0.0, 1.0]
 
     await play(service, 4, wins=2)  # the second in a row: the next pin stops verl's job
     with pytest.raises(TrainingError, match="step 4: 2 reviews in a row raised.*judge bug at step 4"):
@@ -108,7 +108,7 @@ async def test_a_restarted_service_serves_the_scaffold_of_verls_checkpoint_step(
     pins = [await resumed.pin("g2", task.model_dump_json(), 3) for _ in range(4)]  # probes first
     assert {p.view.version for p in pins if p.scaffolded} == {after[1].hash}
     # The event log, metrics.jsonl and the scaffold's versions are cut back to step 1 too.
-    assert [e["step"] for e in read_events(run_dir / "events.jsonl", "step_end")] == [0, 1]
+    assert [e.step for e in read_events(run_dir / "events.jsonl", StepEndEvent)] == [0, 1]
     assert [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert max(int(p.stem) for p in (run_dir / "scaffold" / "versions").glob("*.json")) == after[1].version
     resumed.events.close()

@@ -3,6 +3,11 @@
 Each line is `{"v": 1, "step": int, "event": str, ...payload}`. A step is complete once its
 `step_end` line is on disk; `EventLog.open` drops lines of a step that never ended, so a resumed run
 redoes that step without duplicating or losing one.
+
+Read back, each line is one typed record of its event (`StepEndEvent`, `EditEvent`, ...; `EVENTS`
+maps event names to them): `read_events(path, StepEndEvent)` is the run's step ends, in order. The
+records mirror what the writers below and `StepEnd`/`Engine.evaluate` write; the lines themselves are
+unchanged, so older run folders of this schema version read as they are.
 """
 
 from __future__ import annotations
@@ -10,9 +15,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from pats.errors import PatsError
+from pats.types import Assessment, Edit, EvidenceCard, Record
 
 SCHEMA_VERSION = 1
 
@@ -76,9 +85,165 @@ def write_review(events: EventLog, step: int, groups, result, version) -> None:
         events.write(step, "version", number=version.number, hash=version.hash, entries=len(version.entries))
 
 
-def read_events(path: Path, event: str | None = None) -> list[dict]:
-    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    return [x for x in lines if event is None or x["event"] == event]
+# -- reading the log back: one typed record per event ----------------------------------------------
+
+
+class EventRecord(Record):
+    """What every event line carries besides its schema version `v` (checked as it is read)."""
+
+    step: int  # -1 for the evaluation before the first step
+
+
+class GroupRewards(Record):
+    """One rollout group as the `groups` event keeps it."""
+
+    task: str  # task id
+    type: str  # task type
+    version: str  # hash of the scaffold version pinned for the group ("" for the empty view)
+    rewards: tuple[float, ...]
+
+
+class GroupsEvent(EventRecord):
+    event: Literal["groups"] = "groups"
+    groups: tuple[GroupRewards, ...]
+
+
+class CardEvent(EventRecord):
+    event: Literal["card"] = "card"
+    card: EvidenceCard
+
+
+class AssessmentEvent(EventRecord):
+    event: Literal["assessment"] = "assessment"
+    assessment: Assessment
+
+
+class EditEvent(EventRecord):
+    """One edit of the step's accepted set (an applied one: a set the store refused is not logged)."""
+
+    event: Literal["edit"] = "edit"
+    edit: Edit
+
+
+class RefusedEvent(EventRecord):
+    event: Literal["refused"] = "refused"
+    problem: str  # why an edit set was refused, by the review's validation or by the store
+
+
+class FallbackEvent(EventRecord):
+    event: Literal["fallback"] = "fallback"
+    reason: str
+
+
+class VersionEvent(EventRecord):
+    event: Literal["version"] = "version"
+    number: int
+    hash: str
+    entries: int  # how many entries the new version holds
+
+
+class ReviewFailedEvent(EventRecord):
+    """A review that raised (pats.step_end's failure policy): its cause, and how many in a row."""
+
+    event: Literal["review_failed"] = "review_failed"
+    error: str  # "TypeError: ..."
+    where: str  # "file:line in function"
+    in_a_row: int
+
+
+class StepEndEvent(EventRecord):
+    event: Literal["step_end"] = "step_end"
+    metrics: dict[str, float] = Field(default_factory=dict)  # EventLog.end_step(step) writes none
+
+
+class EvalEvent(EventRecord):
+    event: Literal["eval"] = "eval"
+    metrics: dict[str, float]
+
+
+Event = (
+    GroupsEvent
+    | CardEvent
+    | AssessmentEvent
+    | EditEvent
+    | RefusedEvent
+    | FallbackEvent
+    | VersionEvent
+    | ReviewFailedEvent
+    | StepEndEvent
+    | EvalEvent
+)
+EVENTS: dict[str, type[EventRecord]] = {kind.model_fields["event"].default: kind for kind in get_args(Event)}
+E = TypeVar("E", bound=EventRecord)
+
+OTHER_VERSION = (
+    "the line was written by another version of pats (or edited): read the run with the pats version "
+    "that wrote it, or run the experiment again with this one"
+)
+
+
+@overload
+def read_events(path: Path) -> list[Event]: ...
+@overload
+def read_events(path: Path, kind: type[E]) -> list[E]: ...
+def read_events(path: Path, kind: type[EventRecord] | None = None) -> list[Any]:
+    """The log's events in order, each as the record of its event (`EVENTS`); with `kind` (a record
+    class, e.g. `StepEndEvent`) only those, and only they are checked in full, so an old run's other
+    lines do not stop its report. A last line without its newline is still being written (the run goes
+    on) and is left out; any other line that is not an event of this schema version raises a PatsError
+    naming the file and line."""
+    if kind is not None and kind not in EVENTS.values():
+        known = ", ".join(k.__name__ for k in EVENTS.values())
+        raise TypeError(f"read_events takes an event record class ({known}), not {kind!r}")
+    events = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").split("\n")[:-1], start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
+        name, line = _envelope(where, raw)
+        if kind is None or EVENTS[name] is kind:
+            events.append(_record(where, EVENTS[name], line))
+    return events
+
+
+def _envelope(where: str, raw: str) -> tuple[str, dict[str, Any]]:
+    """The event name of one line and its fields, `v` checked and taken off."""
+    try:
+        line = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise PatsError(f"{where}: not a JSON line ({err}); the file was cut or edited there") from None
+    if not isinstance(line, dict):
+        raise PatsError(f"{where}: a JSON {type(line).__name__}, not an event object; {OTHER_VERSION}")
+    version = line.pop("v", None)
+    if version != SCHEMA_VERSION:
+        raise PatsError(
+            f"{where}: event log version {version!r}, this pats reads version {SCHEMA_VERSION}; {OTHER_VERSION}"
+        )
+    name = line.get("event")  # the one field every line has, read before its record is known
+    if name not in EVENTS:
+        raise PatsError(f"{where}: unknown event {name!r} (known: {', '.join(EVENTS)}); {OTHER_VERSION}")
+    return name, line
+
+
+def _record(where: str, kind: type[E], line: dict[str, Any]) -> E:
+    try:
+        return kind.model_validate(line)
+    except ValidationError as err:
+        problems = [_problem(e) for e in err.errors()]
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise PatsError(
+            f"{where}: a {line['event']!r} event this pats cannot read ({'; '.join(problems[:3])}{more}); "
+            f"{OTHER_VERSION}"
+        ) from None
+
+
+def _problem(error: ErrorDetails) -> str:
+    field = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "missing":
+        return f"no field {field!r}"
+    if error["type"] == "extra_forbidden":
+        return f"a field {field!r} it does not know"
+    return f"{field}: {error['msg']}"
 
 
 def _truncate_to_complete(path: Path, keep_through: int | None = None) -> int:

@@ -75,14 +75,14 @@ def format_diff(before: ScaffoldVersion, after: ScaffoldVersion) -> str:
 
 def version_at(run_dir: Path, store: ScaffoldStore, step: int) -> ScaffoldVersion:
     """The version the policy's scaffolded rollouts saw at `step`, as the event log recorded it."""
-    from pats.logging.events import read_events
+    from pats.logging.events import GroupsEvent, read_events
 
     log = Path(run_dir) / "events.jsonl"
-    steps = {e["step"]: e["groups"] for e in read_events(log, "groups")} if log.is_file() else {}
+    steps = {e.step: e.groups for e in read_events(log, GroupsEvent)} if log.is_file() else {}
     if step not in steps:
         known = f"{min(steps)}..{max(steps)}" if steps else "none yet"
         raise PatsError(f"{run_dir} has no rollouts of step {step} in events.jsonl (steps logged: {known})")
-    hashes = {g["version"] for g in steps[step]}
+    hashes = {g.version for g in steps[step]}
     if hashes == {""}:
         raise PatsError(f"step {step} ran without a scaffold (scaffold.mode none)")
     return store.version(max(hashes - {""}))  # one pinned version per step
