@@ -211,7 +211,9 @@ def _envelope(where: str, raw: str) -> tuple[str, dict[str, Any]]:
     try:
         line = json.loads(raw)
     except json.JSONDecodeError as err:
-        raise PatsError(f"{where}: not a JSON line ({err}); the file was cut or edited there") from None
+        raise PatsError(
+            f"{where}: not a JSON line ({err}); the file was cut or edited there: fix or delete that line"
+        ) from None
     if not isinstance(line, dict):
         raise PatsError(f"{where}: a JSON {type(line).__name__}, not an event object; {OTHER_VERSION}")
     version = line.pop("v", None)
