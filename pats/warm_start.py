@@ -260,8 +260,14 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     tasks = list(dict.fromkeys(ex.task_id for ex in train))[: ws.report_tasks]
     measured = [i for i, ex in enumerate(train) if ex.task_id in tasks]  # the NLLs cost ~ an epoch each
     report["measured_examples"] = len(measured)
+
+    def say(text: str) -> None:  # progress on stderr, also when it is not a terminal
+        print(f"warm start: {text}, {time.time() - start:.0f} s", file=sys.stderr, flush=True)
+
+    say(f"{len(train)} examples from {report['tasks']} tasks ({report['guided_share']:.0%} guided)")
     nll, before = _measure(policy, train, with_plan, without, score, "before", measured)
     report |= nll
+    say(f"NLL before: {nll['nll_without_before']:.3f} without guidance, {nll['nll_with_before']:.3f} with")
     order, updates = list(range(len(items))), 0
     rng = random.Random(spec.seed)
     for epoch in range(ws.epochs):
@@ -269,9 +275,10 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
         for i in range(0, len(order), ws.batch_size):
             stats = policy.update([items[j] for j in order[i : i + ws.batch_size]])
             updates += int(stats["steps"])
-        print(f"warm start: epoch {epoch + 1}/{ws.epochs} done, {time.time() - start:.0f} s", file=sys.stderr)
+        say(f"epoch {epoch + 1}/{ws.epochs} done")
     nll, after = _measure(policy, train, with_plan, without, score, "after", measured)
     report |= nll
+    say(f"NLL after: {nll['nll_without_after']:.3f} without guidance, {nll['nll_with_after']:.3f} with")
     report |= {"updates": updates, "seconds": time.time() - start}
     policy.model.save_pretrained(out / "adapter")
     lines = "".join(
