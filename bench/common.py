@@ -1,8 +1,8 @@
 """Shared pieces of the learning, tokens and overhead benchmarks.
 
-- the conditions: spec files + dotted overrides, run through pats' own `train()` in one run
-  directory each; a finished run is skipped, an interrupted one resumed, so a long benchmark survives
-  being stopped and started again with the same command;
+- the conditions: spec files + dotted overrides, run through `pats run`'s entry points (its checks,
+  then pats' own `train()`) in one run directory each; a finished run is skipped, an interrupted one
+  resumed, so a long benchmark survives being stopped and started again with the same command;
 - held-out evaluation of a run's last checkpoint through pats' `play_heldout` (what `pats eval`
   plays), kept per task: `pats eval` and the `eval` events keep only means, and a paired comparison
   needs each task;
@@ -103,9 +103,10 @@ def finished(run_dir: Path, steps: int) -> bool:
 
 
 def run_condition(spec_file: str, overrides: Sequence[str], run_dir: Path) -> str:
-    """Train one condition in run_dir through pats' own train(): 'skipped' when it already finished,
-    'resumed' after an interruption, 'ran' when started fresh."""
-    from pats.engine.run import new_run, resume, train
+    """Train one condition in run_dir through the entry points of `pats run` (`run_spec`, `resume`:
+    the same checks before anything loads, then pats' own train()): 'skipped' when it already
+    finished, 'resumed' after an interruption, 'ran' when started fresh."""
+    from pats.engine.run import resume, run_spec
     from pats.spec import load_spec
 
     name = run_dir.name
@@ -117,7 +118,7 @@ def run_condition(spec_file: str, overrides: Sequence[str], run_dir: Path) -> st
             resume(run_dir)
             return "resumed"
         shutil.rmtree(run_dir, ignore_errors=True)  # died before its first checkpoint: start over
-        asyncio.run(train(spec, new_run(spec)))
+        run_spec(spec)  # what `pats run` does: its checks (files, device, LLMs), then train()
         return "ran"
     finally:
         gc.collect()  # the next condition loads its own model
@@ -131,9 +132,11 @@ def heldout(
     `chunk` tasks at a time: pats' own held-out evaluation (pats.engine.evaluate.play_heldout, what
     `pats eval` plays), kept per task. Cached in `cache` (redone if the checkpoint changed)."""
     from pats.engine.evaluate import play_heldout
-    from pats.engine.run import load_run
+    from pats.engine.run import check_policy_inputs, load_run
 
     spec, state = load_run(run_dir) if run_dir else (base_spec, None)
+    if run_dir is None:  # a run's spec was checked when it started (run_condition)
+        check_policy_inputs(spec)
     if offset:  # the i-th eval task is the fold's i-th seed whatever the count, so this only extends the list
         env_spec = spec.environment.model_copy(update={"num_eval_tasks": offset + num_tasks})
         spec = spec.model_copy(update={"environment": env_spec})

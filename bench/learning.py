@@ -1,12 +1,13 @@
 """Does the scaffold help a 135M policy learn twc? PATS against plain GRPO (`none`), a static bank
 (`static`) and an add-only bank (`grow`), optionally the ablations, at an equal rollout budget.
 
-Every condition is a spec in experiments/ run through pats' own `train()`, one run directory each
-under --out; conditions with the same seed train on paired task draws (the sampler depends only on
-seed and step). Held-out success is measured without the scaffold on dev-fold games: the untrained
-policy once (LoRA starts as the identity and the evaluation is greedy, so it is the same policy for
-every condition and seed), every `eval_every` steps by the engine on the first `eval_tasks` games (the
-learning curve), and at the end on `heldout_tasks` games with per-task outcomes (the paired test).
+Every condition is a spec in experiments/ run through `pats run`'s entry points (its checks, then
+pats' own `train()`), one run directory each under --out; conditions with the same seed train on
+paired task draws (the sampler depends only on seed and step). Held-out success is measured without
+the scaffold on dev-fold games: the untrained policy once (LoRA starts as the identity and the
+evaluation is greedy, so it is the same policy for every condition and seed), every `eval_every`
+steps by the engine on the first `eval_tasks` games (the learning curve), and at the end on
+`heldout_tasks` games with per-task outcomes (the paired test).
 Prints per condition the informative-group fraction, train success with and without the scaffold,
 held-out success with 95% Wilson intervals, the area under the curve, and PATS minus each baseline
 (paired by seed and game, hierarchical bootstrap over seeds and games: bench/stats.py); writes

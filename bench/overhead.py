@@ -97,7 +97,7 @@ async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     from pats.backends.local.backend import LocalBackend
     from pats.build import build_scaffold_policy
     from pats.engine.loop import Engine
-    from pats.engine.run import make_env_factory
+    from pats.engine.run import check_policy_inputs, make_env_factory
     from pats.engine.sampler import TaskSampler
     from pats.logging.events import EventLog, StepEndEvent, read_events
     from pats.models import token_counter
@@ -110,6 +110,7 @@ async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     train_tasks = env.tasks("train")
     types = sorted({t.type for t in train_tasks})
     count = token_counter(spec.policy.model)
+    check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env)
     sampler = TaskSampler(train_tasks, b.tasks_per_step, spec.seed)
     recorder = build_scaffold_policy(spec, work / "record", count, env.expert_plan, task_types=types)

@@ -36,7 +36,7 @@ from flops import MODEL_SHAPE, best_seconds, linear_weights, matmul_gflops
 
 from pats.backends.local import scoring
 from pats.backends.local.backend import LocalBackend
-from pats.engine.run import make_env_factory
+from pats.engine.run import check_policy_inputs, make_env_factory
 from pats.episode import Episode
 from pats.protocols import GroupPlan
 from pats.spec import load_spec
@@ -122,6 +122,7 @@ def main() -> None:
         overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
     spec = load_spec(SPEC, overrides)
     make_env = make_env_factory(spec)
+    check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env)
     tasks = make_env().tasks("train")[: spec.trainer.tasks_per_step]
     results: dict = {

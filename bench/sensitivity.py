@@ -99,11 +99,12 @@ def informative(p: float, g: int) -> float:
 class Probe:
     def __init__(self, setting: str, args, spec=None):
         from pats.backends.local.backend import LocalBackend
-        from pats.engine.run import make_env_factory
+        from pats.engine.run import check_policy_inputs, make_env_factory
         from pats.models import token_counter
 
         self.name, self.args = setting, args
         self.spec = spec or setting_spec(setting)  # bench/stage0.py hands in variants of a setting
+        check_policy_inputs(self.spec)  # `pats run`'s checks of files and device (no LLM plays here)
         self.make_env = make_env_factory(self.spec)
         self.env = self.make_env()
         train = self.env.tasks("train")

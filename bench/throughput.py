@@ -24,7 +24,7 @@ from common import RESULTS, write_result
 
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.policy import left_padded, up_to_eos
-from pats.engine.run import make_env_factory
+from pats.engine.run import check_policy_inputs, make_env_factory
 from pats.episode import Episode
 from pats.protocols import GroupPlan
 from pats.spec import load_spec
@@ -75,6 +75,7 @@ def bench_generate(args, results):
         ["policy.action=generate", "environment.max_turns=1", f"policy.max_new_tokens={args.new_tokens}"],
     )
     make_env = make_env_factory(spec)
+    check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env)
     policy = backend.policy
     prompts = [p for p, _ in first_prompts(backend, make_env, args.batch)]
@@ -107,6 +108,7 @@ def bench_generate(args, results):
 def bench_score(args, results):
     spec = load_spec(SPEC)
     make_env = make_env_factory(spec)
+    check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env)
     policy = backend.policy
     prompt, actions = first_prompts(backend, make_env, 1)[0]

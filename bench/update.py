@@ -41,7 +41,7 @@ from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 from pats.backends.local import sharing, training
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.policy import LocalPolicy
-from pats.engine.run import make_env_factory
+from pats.engine.run import check_policy_inputs, make_env_factory
 from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
@@ -75,6 +75,7 @@ def main() -> None:
     if args.action == "generate":
         overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
     spec = load_spec(SPEC, overrides)
+    check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env_factory(spec))
     stored = decisions(backend, args.tasks)
     asyncio.run(backend.close())

@@ -289,3 +289,44 @@ def test_learning_report_only_refuses_without_run_dirs_and_keeps_the_committed_t
     assert "there are none" in capsys.readouterr().err
     assert (results / "learning_small.json").read_text() == '{"kept": true}'
     assert not (results / "learning_small.png").exists()
+
+
+def test_a_bench_run_start_refuses_a_bad_spec_as_pats_run_does(tmp_path):
+    """run_condition starts a run through `pats run`'s entry point: a spec naming a missing file
+    stops with run_spec's own SpecError before anything is written or a model loads."""
+    from pats.engine.run import run_spec
+    from pats.errors import SpecError
+    from pats.spec import load_spec
+
+    bad = [f"scaffold.initial_bank={tmp_path / 'no_bank.json'}"]
+    run_dir = tmp_path / "runs" / "cell"
+    with pytest.raises(SpecError) as bench_error:
+        common.run_condition("experiments/quickstart.yaml", bad, run_dir)
+    spec = load_spec(common.REPO / "experiments" / "quickstart.yaml",
+                     [*bad, "name=cell", f"logging.root={run_dir.parent}"])  # fmt: skip
+    with pytest.raises(SpecError) as pats_error:
+        run_spec(spec)
+    assert str(bench_error.value) == str(pats_error.value)
+    assert "no_bank.json does not exist" in str(bench_error.value)
+    assert not run_dir.exists()
+
+
+def test_bench_probes_check_the_spec_files_before_playing(tmp_path):
+    """The probes that play without training (stage0/sensitivity's Probe, the untrained held-out
+    cells) make `pats run`'s file and device checks: a warm start without its adapter stops there."""
+    import stage0
+    from sensitivity import Probe
+
+    from pats.errors import SpecError
+
+    lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"], "top_layers": 4}
+    (tmp_path / "spec.yaml").write_text(
+        json.dumps({"policy": {"model": "smollm2-135m-instruct", "lora": lora}})
+    )
+    spec = stage0.variant_spec("twc", 0.5, "turn", threads=1, warm=tmp_path)  # no adapter/ beside it
+    probe_args = argparse.Namespace(probe_offset=0, tasks=1, sources=1, group=2, samples=1)
+    with pytest.raises(SpecError, match="adapter does not exist"):
+        Probe("twc", probe_args, spec=spec)
+    with pytest.raises(SpecError, match="adapter does not exist"):
+        common.heldout(tmp_path / "heldout.json", 1, base_spec=spec)
+    assert not (tmp_path / "heldout.json").exists()

@@ -271,11 +271,21 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def check_inputs(spec: ExperimentSpec) -> None:
-    """Before anything is written or loaded: every file the spec names exists; the local backend's
-    trainer.device exists on this machine; LiteLLM knows each LLM's provider, and each LLM the run calls answers one short request (see pats.llm_check), so a
-    misconfigured one stops the run here instead of leaving every review to the rules reviser."""
+    """Before anything is written or loaded: the policy's inputs (`check_policy_inputs`); LiteLLM
+    knows each LLM's provider, and each LLM the run calls answers one short request (see
+    pats.llm_check), so a misconfigured one stops the run here instead of leaving every review to the
+    rules reviser."""
     from pats.llm_check import check_providers, preflight
 
+    check_policy_inputs(spec)
+    check_providers(spec)
+    preflight(spec)
+
+
+def check_policy_inputs(spec: ExperimentSpec) -> None:
+    """What playing the policy needs, before a model loads: every file the spec names exists, and the
+    local backend's trainer.device exists on this machine. `pats run` checks it as part of
+    `check_inputs`; the benchmarks' probes, which play without training or LLMs, check only this."""
     missing = missing_files(spec)
     if missing:
         raise SpecError(missing)
@@ -283,8 +293,6 @@ def check_inputs(spec: ExperimentSpec) -> None:
         from pats.backends.local.device import require_device
 
         require_device(spec.trainer)  # trainer.device: cuda on a machine without one stops here
-    check_providers(spec)
-    preflight(spec)
 
 
 def _train_locally(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None) -> Path:
