@@ -151,7 +151,7 @@ def test_sequence_log_probs_after_a_shared_prefix_are_exact_in_fp64():
         for p in policy.params:
             p.grad = None
         shared = sharing.SharedPrefix(policy, policy.model, prefix)
-        logp, mask = training._unit_logprobs(policy, policy.model, [item], shared)
+        logp, mask = training.unit_logprobs(policy, policy.model, [item], shared)
         (logp * mask).sum().backward()
         shared.backward()
         return (logp * mask).sum().item(), torch.cat([p.grad.flatten() for p in policy.params])

@@ -119,13 +119,14 @@ def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
     return units + list(same.values())
 
 
-def _unit_logprobs(
+def unit_logprobs(
     policy: Updatable, model, unit: Sequence[Item], shared: SharedPrefix
 ) -> tuple[Tensor, Tensor]:
     """(log-probs, mask) of a unit's trained quantities under `model`: (B, T - 1) for sequences
     (fewer after a shared prefix: SharedPrefix.sequences), (B, 1) for choices (each one's log-probability
     under the softmax over its candidates), their prompts' prefix from `shared` unless it is empty
-    (then the unit is whole sequences or one decision's choices)."""
+    (then the unit is whole sequences or one decision's choices). Public beside `update_groups` so
+    tests can check one unit's values after a shared prefix against its whole prompt's."""
     device = policy.device
     if isinstance(unit[0], TrainItem) and shared.prefix:
         return shared.sequences(unit)
@@ -177,7 +178,7 @@ def _all_logprobs(policy: Updatable, model, groups: Sequence[Group]) -> list[Ten
     out = []
     for group in groups:
         shared = SharedPrefix(policy, model, group.prefix)
-        out += [_unit_logprobs(policy, model, unit, shared)[0] for unit in group.units]
+        out += [unit_logprobs(policy, model, unit, shared)[0] for unit in group.units]
     return out
 
 
@@ -231,7 +232,7 @@ def _update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool) -> dic
         for group in groups:
             shared = SharedPrefix(policy, model, group.prefix)  # the prefix's pass, with gradients
             for unit in group.units:
-                logp, mask = _unit_logprobs(policy, model, unit, shared)  # (B, N)
+                logp, mask = unit_logprobs(policy, model, unit, shared)  # (B, N)
                 if old[i] is None:
                     old[i] = logp.detach()
                 loss, clip_stats, kl = _unit_loss(
