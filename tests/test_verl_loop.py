@@ -15,19 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from pats.testing.verl import require_verl_or_skip, rows_batch
+from pats.testing.verl import composed_config, expert_task, loop_worker, require_verl_or_skip, rows_batch
 
 require_verl_or_skip()
 import torch
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
-import pats.backends.verl.loop as loop_module
-from pats.backends.verl.config import compose
 from pats.backends.verl.data import task_rows
-from pats.backends.verl.launch import write_bundle
-from pats.backends.verl.service import ScaffoldService
 from pats.envs.twx import TwxEnv
 from pats.logging.events import StepEndEvent, read_events
 from pats.models import resolve_model_dir
@@ -61,8 +56,7 @@ def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE, plac
         + "\n"
     )
     spec = load_spec(path)
-    overrides = write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False)
-    return spec, compose(overrides)
+    return spec, composed_config(spec, tmp_path)
 
 
 class SmolServer:
@@ -137,11 +131,9 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     # this test wants an episode cut by the budget at run time, so it lowers that estimate.
     monkeypatch.setattr(TwxEnvSpec, "TURN_TOKENS", 50)
     spec, cfg = make_spec(tmp_path)
-    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
+    service, worker = loop_worker(cfg, monkeypatch, server_manager=smol)
     advice = "Read the task, then take the item it names."
     version = service.scaffold.store.apply([AddEdit(kind="skill", scope="general", text=advice)], step=0)
-    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-    worker = AgentLoopWorker(cfg, smol)
     tok = worker.tokenizer
 
     out = await worker.generate_sequences(batch(spec, [1], val=True, n=2))
@@ -207,13 +199,8 @@ async def expert_worker(tmp_path, monkeypatch, split: str, placement: str = "sys
     # In the turn, the view (up to view_tokens, 256) comes with every observation: the loader asks room for it.
     response = 1600 if placement == "system" else 3200
     spec, cfg = make_spec(tmp_path, max_turns=8, response=response, placement=placement)
-    env = TwxEnv(spec.environment)
-    task = env.tasks(split)[0]
-    plan = env.expert_plan(task)
-    await env.close()
-    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
-    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-    worker = AgentLoopWorker(cfg, None)
+    task, plan = await expert_task(TwxEnv(spec.environment), split)
+    service, worker = loop_worker(cfg, monkeypatch)
     worker.llm_client = ExpertServer(worker.tokenizer, plan)
     return spec, service, worker, task, plan
 
@@ -338,16 +325,11 @@ async def test_a_full_length_alfworld_episode_fits_the_shipped_budget_and_wins(
         shipped.trainer.max_prompt_tokens,
         shipped.trainer.max_response_tokens,
     )
-    cfg = compose(write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False))
+    cfg = composed_config(spec, tmp_path)
     from pats.envs.alfworld.env import AlfworldEnv
 
-    env = AlfworldEnv(spec.environment)
-    task = env.tasks("train")[0]
-    plan = env.expert_plan(task)
-    await env.close()
-    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
-    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-    worker = AgentLoopWorker(cfg, None)
+    task, plan = await expert_task(AlfworldEnv(spec.environment))
+    _, worker = loop_worker(cfg, monkeypatch)
     looks = turns - len(plan)
     worker.llm_client = server = LongWindedServer(worker.tokenizer, plan, looks)
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from pats.testing.verl import require_verl_or_skip, rows_batch
+from pats.testing.verl import composed_config, expert_task, require_verl_or_skip, rows_batch
 
 require_verl_or_skip()
 import ray
@@ -20,9 +20,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
-from pats.backends.verl.config import compose
 from pats.backends.verl.data import task_rows
-from pats.backends.verl.launch import write_bundle
 from pats.backends.verl.service import connect
 from pats.envs.twx import TwxEnv
 from pats.logging.events import EditEvent, StepEndEvent, read_events
@@ -96,10 +94,8 @@ async def test_groups_pin_one_version_and_revisions_land_between_steps(tmp_path,
     )
     spec = load_spec(spec_file)
     run_dir = tmp_path / "run"
-    cfg = compose(write_bundle(spec, tmp_path / "bundle", run_dir=str(run_dir), data=False))
-    env = TwxEnv(spec.environment)
-    plan = env.expert_plan(env.tasks("train")[0])
-    await env.close()
+    cfg = composed_config(spec, tmp_path)
+    _, plan = await expert_task(TwxEnv(spec.environment))
     worker = AgentLoopWorker(cfg, None)
     worker.llm_client = ScriptedServer(worker.tokenizer, plan)
     service = connect(cfg.pats.spec, cfg.pats.run_dir)

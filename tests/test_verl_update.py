@@ -18,12 +18,11 @@ import math
 import numpy as np
 import pytest
 
-from pats.testing.verl import require_verl_or_skip, rows_batch
+from pats.testing.verl import composed_config, expert_task, loop_worker, require_verl_or_skip, rows_batch
 
 require_verl_or_skip()
 import torch
 from tensordict import TensorDict
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 from verl.utils import tensordict_utils as tu
@@ -31,11 +30,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.replica import TokenOutput
 from verl.workers.utils.losses import ppo_loss
 
-import pats.backends.verl.loop as loop_module
-from pats.backends.verl.config import compose
 from pats.backends.verl.data import task_rows
-from pats.backends.verl.launch import write_bundle
-from pats.backends.verl.service import ScaffoldService
 from pats.envs.twx import TwxEnv
 from pats.spec import load_spec
 
@@ -78,18 +73,13 @@ def spec_and_config(tmp_path):
         f"logging: {{root: {tmp_path / 'runs'}, wandb: disabled}}\n"
     )
     spec = load_spec(path)
-    return spec, compose(write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False))
+    return spec, composed_config(spec, tmp_path)
 
 
 async def play(cfg, spec, monkeypatch, winners: int, uid_prefix: str) -> tuple[DataProto, GroupServer]:
     """One group of group_size rollouts of the training task through verl's AgentLoopWorker."""
-    env = TwxEnv(spec.environment)
-    task = env.tasks("train")[0]
-    plan = env.expert_plan(task)
-    await env.close()
-    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
-    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-    worker = AgentLoopWorker(cfg, None)
+    task, plan = await expert_task(TwxEnv(spec.environment))
+    _, worker = loop_worker(cfg, monkeypatch)
     worker.llm_client = server = GroupServer(worker.tokenizer, plan, winners)
     rows = [r for r in task_rows([task], "twx", validation=False) for _ in range(spec.trainer.group_size)]
     return await worker.generate_sequences(rows_batch(rows, 1, uid_prefix)), server

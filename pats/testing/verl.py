@@ -1,4 +1,5 @@
-"""Helpers for tests of the verl backend: the module-level verl check and a tiny verl spec on twc."""
+"""Helpers for tests of the verl backend: the module-level verl check, a tiny verl spec on twc, the
+config verl composes from a spec, and verl's agent-loop worker wired to an in-process scaffold service."""
 
 from __future__ import annotations
 
@@ -65,3 +66,34 @@ def rows_batch(rows: list[dict], step: int = 1, uid_prefix: str = ""):
         non_tensor[key] = np.empty(len(rows), dtype=object)
         non_tensor[key][:] = values
     return DataProto(batch=None, non_tensor_batch=non_tensor, meta_info={})
+
+
+def composed_config(spec, folder: Path):
+    """verl's config for `spec` as `pats run` composes it: the bundle written to folder/bundle (no
+    data files), the run directory folder/run."""
+    from pats.backends.verl.config import compose
+    from pats.backends.verl.launch import write_bundle
+
+    return compose(write_bundle(spec, folder / "bundle", run_dir=str(folder / "run"), data=False))
+
+
+async def expert_task(env, split: str = "train"):
+    """(the first `split` task of `env`, its expert plan); closes `env`."""
+    task = env.tasks(split)[0]
+    plan = env.expert_plan(task)
+    await env.close()
+    return task, plan
+
+
+def loop_worker(cfg, monkeypatch, server_manager=None):
+    """(service, worker): verl's AgentLoopWorker on `cfg`, whose pats loops reach a ScaffoldService
+    over the config's spec and run directory in this process (`connect` patched) instead of the Ray
+    actor; `server_manager` answers the turns (tests usually set `worker.llm_client` instead)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    import pats.backends.verl.loop as loop_module
+    from pats.backends.verl.service import ScaffoldService
+
+    service = ScaffoldService(cfg.pats.spec, cfg.pats.run_dir)
+    monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
+    return service, AgentLoopWorker(cfg, server_manager)
