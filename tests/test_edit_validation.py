@@ -10,24 +10,14 @@ import pytest
 from pats.reviser import validate_edits
 from pats.scaffold import EditError, ScaffoldStore
 from pats.scaffold.validate import edit_problems, similarity
-from pats.testing import card_facts
+from pats.testing import evidence_card
 from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
 
 
 def card(task_id: str, type_: str, task_type: str = "twc") -> EvidenceCard:
-    return EvidenceCard(
-        id=f"c1-{task_id}-{type_}",
-        type=type_,
-        step=1,
-        task_id=task_id,
-        task_type=task_type,
-        scaffold_version="v1",
-        text="",
-        tokens=0,
-        data=card_facts(type_),
-    )
+    return evidence_card(task_id, type_, task_type)
 
 
 def entry(id: str, scope: str, text: str, kind: str = "skill") -> ScaffoldEntry:

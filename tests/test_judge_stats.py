@@ -9,7 +9,7 @@ import pytest
 from pats.judges import StatsJudge, pick_mode, update_ema
 from pats.protocols import Judge
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget, StatsJudgeSpec
-from pats.testing import card_facts
+from pats.testing import evidence_card
 from pats.types import EvidenceCard, ReviewMode, Rollout, RolloutGroup, ScaffoldEntry, Task
 
 E, R, C, P = ReviewMode.EXPAND, ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE
@@ -44,17 +44,7 @@ def entry(id: str, scope: str, tokens: int) -> ScaffoldEntry:
 
 
 def utility(task_id: str, task_type: str, delta: float) -> EvidenceCard:
-    return EvidenceCard(
-        id=f"c1-{task_id}-utility",
-        type="utility",
-        step=1,
-        task_id=task_id,
-        task_type=task_type,
-        scaffold_version="v1",
-        text="",
-        tokens=0,
-        data=card_facts("utility", delta=delta),
-    )
+    return evidence_card(task_id, "utility", task_type, delta=delta)
 
 
 def judge(**budget) -> StatsJudge:

@@ -12,7 +12,7 @@ from pats.errors import SpecError
 from pats.judges.llm import GRADE_LABELS, LLMJudge, load_rubric
 from pats.protocols import Judge
 from pats.spec.models import LLMJudgeSpec, LLMSpec, ScaffoldBudget
-from pats.testing import ScriptedOpenAIServer, card_facts
+from pats.testing import ScriptedOpenAIServer, evidence_card
 from pats.types import EvidenceCard, ReviewMode, Rollout, RolloutGroup, ScaffoldEntry, Task
 
 
@@ -34,17 +34,7 @@ def group(task_id: str, task_type: str, successes: list[bool]) -> RolloutGroup:
 
 
 def card(task_id: str, task_type: str, kind: str, text: str) -> EvidenceCard:
-    return EvidenceCard(
-        id=f"c3-{task_id}-{kind}",
-        type=kind,
-        step=3,
-        task_id=task_id,
-        task_type=task_type,
-        scaffold_version="v1",
-        text=text,
-        tokens=len(text.split()),
-        data=card_facts(kind),
-    )
+    return evidence_card(task_id, kind, task_type, step=3, text=text)
 
 
 def entry(id: str, scope: str, text: str, kind: str = "skill") -> ScaffoldEntry:

@@ -7,7 +7,7 @@ import pytest
 from pats.protocols import Reviser
 from pats.reviser import RulesReviser, validate_edits
 from pats.spec.models import ScaffoldBudget
-from pats.testing import card_facts
+from pats.testing import evidence_card
 from pats.types import (
     AddEdit,
     Assessment,
@@ -25,18 +25,7 @@ MODES = [E, R, C, P]
 
 def card(task_id: str, type_: str, facts: dict, task_type: str = "twc") -> EvidenceCard:
     """A card with the given facts; the rest are an empty group's (pats.testing.card_facts)."""
-    return EvidenceCard(
-        id=f"c3-{task_id}-{type_}",
-        type=type_,
-        step=3,
-        task_id=task_id,
-        task_type=task_type,
-        scaffold_version="v1",
-        text="",
-        tokens=0,
-        data=card_facts(type_, **facts),
-        privileged=type_ == "expert",
-    )
+    return evidence_card(task_id, type_, task_type, step=3, privileged=type_ == "expert", **facts)
 
 
 def outcome(task_id: str, rate: float, task_type: str = "twc") -> EvidenceCard:

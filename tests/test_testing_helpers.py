@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from pats.testing import card_facts, scripted_judge, scripted_reviser
+from pats.testing import evidence_card, scripted_judge, scripted_reviser
 from pats.types import AddEdit, Assessment, EvidenceCard, ReviewMode, RolloutGroup, ScaffoldEntry, Task
 
 
 def card(kind: str) -> EvidenceCard:
-    return EvidenceCard(
-        id=f"c1-t1-{kind}",
-        type=kind,
-        step=1,
-        task_id="t1",
-        task_type="twc",
-        scaffold_version="v",
-        text=f"{kind} card",
-        tokens=2,
-        data=card_facts(kind),
-    )
+    return evidence_card("t1", kind, text=f"{kind} card", scaffold_version="v")
 
 
 async def test_scripted_reviser_returns_the_scripted_edits():

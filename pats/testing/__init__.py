@@ -1,6 +1,6 @@
 """Test doubles for pats users: fakes that let an environment, judge or reviser be tested offline."""
 
-from pats.testing.cards import card_facts
+from pats.testing.cards import card_facts, evidence_card
 from pats.testing.fakes import FakeEnv, RaisingJudge, ScriptedBackend, improving_schedule
 from pats.testing.llm import scripted_judge, scripted_reviser
 from pats.testing.model_server import ServedModel
@@ -13,6 +13,7 @@ __all__ = [
     "ScriptedOpenAIServer",
     "ServedModel",
     "card_facts",
+    "evidence_card",
     "improving_schedule",
     "scripted_judge",
     "scripted_reviser",
