@@ -155,12 +155,35 @@ def heldout(
     return result
 
 
+def untrained_heldout(spec_file: Path, seed: int, cache: Path, num_tasks: int, offset: int) -> dict:
+    """The `heldout_record` of spec_file's untrained policy at `seed` (its sampling stream) on eval
+    tasks [offset, offset + num_tasks), cached in `cache`: the reference a campaign's trained cells
+    are measured against (same games, same seeds)."""
+    from pats.spec import load_spec
+
+    spec = load_spec(spec_file, [f"seed={seed}"])
+    return heldout_record(heldout(cache, num_tasks, base_spec=spec, offset=offset))
+
+
 def heldout_record(held: dict) -> dict:
     """A `heldout()` result as the cell files keep it: episodes, successes, and game -> outcomes."""
     per_task: dict[str, list[float]] = {}
     for task, success in zip(held["tasks"], held["success"], strict=True):
         per_task.setdefault(task, []).append(success)
     return {"episodes": len(held["success"]), "successes": sum(held["success"]), "per_task": per_task}
+
+
+def add_action_flags(parser) -> None:
+    """--action and --new-tokens, for the benchmarks that time either acting mode (`action_overrides`)."""
+    parser.add_argument("--action", choices=["score", "generate"], default="score", help="policy.action")
+    parser.add_argument("--new-tokens", type=int, default=16, help="generate mode: policy.max_new_tokens")
+
+
+def action_overrides(args) -> list[str]:
+    """The spec overrides of `add_action_flags`' flags (none for score mode, the spec's default)."""
+    if args.action == "generate":
+        return ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
+    return []
 
 
 def write_result(name: str, result: dict, results_dir: Path) -> Path:

@@ -38,7 +38,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, finished, fmt, heldout, heldout_record, read_run, run_condition  # noqa: E402
+from common import (  # noqa: E402
+    REPO,
+    RESULTS,
+    finished,
+    fmt,
+    heldout,
+    heldout_record,
+    read_run,
+    run_condition,
+    untrained_heldout,
+)
 from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
@@ -151,13 +161,10 @@ UNTRAINED = "untrained"  # every campaign's reference: the policy before trainin
 def untrained_cell(args, seed: int, spec_file: Path) -> dict:
     """The untrained policy on the campaign's held-out games, sampled with the seed's stream: what
     every condition's training is measured against (no training record, so it matches no cell)."""
-    from pats.spec import load_spec
-
     start = time.time()
-    spec = load_spec(spec_file, [f"seed={seed}"])
     run_dir = REPO / "bench" / "runs" / "demonstration" / args.campaign / f"{UNTRAINED}-s{seed}"
-    held = heldout(run_dir / f"heldout_{args.heldout}_from{args.heldout_offset}.json", args.heldout,
-                   base_spec=spec, offset=args.heldout_offset)  # fmt: skip
+    cache = run_dir / f"heldout_{args.heldout}_from{args.heldout_offset}.json"
+    held = untrained_heldout(spec_file, seed, cache, args.heldout, args.heldout_offset)
     return {
         "setting": args.setting,
         "condition": UNTRAINED,
@@ -168,7 +175,7 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
         "informative_groups": 0,
         "train": [],
         "evals": [],
-        "heldout": heldout_record(held),
+        "heldout": held,
     }
 
 

@@ -34,7 +34,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, fmt, heldout, heldout_record, read_run, run_condition  # noqa: E402
+from common import (  # noqa: E402
+    REPO,
+    RESULTS,
+    fmt,
+    heldout,
+    heldout_record,
+    read_run,
+    run_condition,
+    untrained_heldout,
+)
 from sensitivity import setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
@@ -98,13 +107,9 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
 
 def untrained_cell(args, seed: int, spec_file: Path) -> dict:
     """The untrained policy on the same held-out games, sampled with the cell seed's stream."""
-    from pats.spec import load_spec
-
-    spec = load_spec(spec_file, [f"seed={seed}"])
     cache = REPO / "bench" / "runs" / "pilot" / args.campaign / f"untrained-s{seed}" / "heldout.json"
-    held = heldout(cache, args.heldout, base_spec=spec, offset=args.heldout_offset)
-    return {"cell": f"untrained-s{seed}", "seed": seed,
-            "heldout": heldout_record(held)}  # fmt: skip
+    held = untrained_heldout(spec_file, seed, cache, args.heldout, args.heldout_offset)
+    return {"cell": f"untrained-s{seed}", "seed": seed, "heldout": held}
 
 
 def by_seed(cells: list[dict]) -> dict[int, dict[str, list[float]]]:

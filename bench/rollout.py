@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import RESULTS, write_result
+from common import RESULTS, action_overrides, add_action_flags, write_result
 from flops import MODEL_SHAPE, best_seconds, linear_weights, matmul_gflops
 
 from pats.backends.local import scoring
@@ -113,13 +113,11 @@ def main() -> None:
         "--threads", type=int, default=None,
         help="torch threads (default: the spec's, all cores); 1 is steadier beside another job",
     )  # fmt: skip
-    parser.add_argument("--action", choices=["score", "generate"], default="score", help="policy.action")
-    parser.add_argument("--new-tokens", type=int, default=16, help="generate mode: policy.max_new_tokens")
+    add_action_flags(parser)
     args = parser.parse_args()
 
     overrides = [] if args.threads is None else [f"trainer.threads={args.threads}"]
-    if args.action == "generate":
-        overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
+    overrides += action_overrides(args)
     spec = load_spec(SPEC, overrides)
     make_env = make_env_factory(spec)
     check_policy_inputs(spec)  # what `pats run` checks before a model loads

@@ -35,7 +35,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from common import RESULTS, write_result
+from common import RESULTS, action_overrides, add_action_flags, write_result
 from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 
 from pats.backends.local import sharing, training
@@ -67,13 +67,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1, help="groups of 4 episodes to collect decisions from")
     parser.add_argument("--repeats", type=int, default=2, help="timing rounds; the median is reported")
     parser.add_argument("--turns", type=int, default=None, help="episode length (default: the spec's, 10)")
-    parser.add_argument("--action", choices=["score", "generate"], default="score", help="policy.action")
-    parser.add_argument("--new-tokens", type=int, default=16, help="generate mode: policy.max_new_tokens")
+    add_action_flags(parser)
     args = parser.parse_args()
 
     overrides = [] if args.turns is None else [f"environment.max_turns={args.turns}"]
-    if args.action == "generate":
-        overrides += ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
+    overrides += action_overrides(args)
     spec = load_spec(SPEC, overrides)
     check_policy_inputs(spec)  # what `pats run` checks before a model loads
     backend = LocalBackend(spec, make_env_factory(spec))

@@ -330,3 +330,42 @@ def test_bench_probes_check_the_spec_files_before_playing(tmp_path):
     with pytest.raises(SpecError, match="adapter does not exist"):
         common.heldout(tmp_path / "heldout.json", 1, base_spec=spec)
     assert not (tmp_path / "heldout.json").exists()
+
+
+def test_the_untrained_cells_play_the_base_spec_at_the_cell_seed(monkeypatch):
+    """pilot's and demonstration's untrained cells: the base spec's untrained policy with the cell's
+    seed, on the campaign's held-out games, kept as a heldout_record in the cell's own cache."""
+    import demonstration
+    import pilot
+
+    played = []
+
+    def heldout(cache, num_tasks, run_dir=None, base_spec=None, chunk=32, offset=0):
+        played.append((cache, num_tasks, run_dir, base_spec.seed, offset))
+        return {
+            "checkpoint_step": -1,
+            "tasks": ["a", "a", "b"],
+            "success": [1.0, 0.0, 0.0],
+            "reward": [0] * 3,
+        }
+
+    monkeypatch.setattr(common, "heldout", heldout)
+    args = argparse.Namespace(campaign="c", heldout=3, heldout_offset=5, setting="twc1")
+    spec_file = common.REPO / "experiments" / "quickstart.yaml"
+    record = {"episodes": 3, "successes": 1.0, "per_task": {"a": [1.0, 0.0], "b": [0.0]}}
+    assert pilot.untrained_cell(args, 7, spec_file)["heldout"] == record
+    assert demonstration.untrained_cell(args, 7, spec_file)["heldout"] == record
+    runs = common.REPO / "bench" / "runs"
+    assert played == [
+        (runs / "pilot" / "c" / "untrained-s7" / "heldout.json", 3, None, 7, 5),
+        (runs / "demonstration" / "c" / "untrained-s7" / "heldout_3_from5.json", 3, None, 7, 5),
+    ]
+
+
+def test_the_action_flags_map_to_spec_overrides():
+    """bench/rollout.py and bench/update.py share --action/--new-tokens and what they override."""
+    parser = argparse.ArgumentParser()
+    common.add_action_flags(parser)
+    assert common.action_overrides(parser.parse_args([])) == []
+    generate = parser.parse_args(["--action", "generate", "--new-tokens", "8"])
+    assert common.action_overrides(generate) == ["policy.action=generate", "policy.max_new_tokens=8"]
