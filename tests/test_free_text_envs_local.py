@@ -4,54 +4,31 @@ valid step or an invalid one with a reason, never a crash."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from pats.backends.local.backend import LocalBackend
-from pats.engine.run import make_env_factory
-from pats.protocols import GroupPlan
 from pats.spec import load_spec
-from pats.types import EMPTY_VIEW
+from pats.testing.engine import play_group
 
 pytestmark = pytest.mark.slow
 
 
-def play(spec):
-    make_env = make_env_factory(spec)
-    backend = LocalBackend(spec, make_env)
-    env = make_env()
-    task = env.tasks("train")[0]
-
-    async def go():
-        try:
-            (played,) = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
-            return played.group, dict(
-                zip((r.id for r in played.group.rollouts), played.training, strict=True)
-            )
-        finally:
-            await backend.close()
-            await env.close()
-
-    return asyncio.run(go())
-
-
-def check(group, stored):
-    assert len(group.rollouts) == 2
-    for rollout in group.rollouts:
+def check(played):
+    assert len(played.group.rollouts) == 2
+    for rollout in played.group.rollouts:
         assert rollout.turns and not rollout.error
         for turn in rollout.turns:
             assert turn.valid or turn.invalid_reason, "an invalid action must say why"
             assert 0 < turn.response_tokens <= 8
-        assert len(stored[rollout.id]) == len(rollout.turns)  # one TrainItem per turn with output
+        assert len(played.training[rollout.id]) == len(rollout.turns)  # one TrainItem per turn with output
 
 
 def test_webshop_episodes_on_the_local_backend(repo):
     spec = load_spec(
         repo / "experiments/webshop/demo.yaml", ["environment.max_turns=2", "policy.max_new_tokens=8"]
     )
-    check(*play(spec))
+    check(play_group(spec))
 
 
 def test_search_qa_episodes_on_the_local_backend(repo, tmp_path):
@@ -74,4 +51,4 @@ def test_search_qa_episodes_on_the_local_backend(repo, tmp_path):
             "trainer.backend=local",
         ],
     )
-    check(*play(spec))
+    check(play_group(spec))

@@ -157,39 +157,22 @@ def test_report_writes_plots(run):
 def test_generate_mode_episodes_train_on_the_policy_tokens_only(repo):
     """Free-text actions: parsed against the admissible ones, invalid ones kept as invalid turns,
     and every turn with output becomes a TrainItem whose mask covers only the response."""
-    from pats.engine.run import make_env_factory
-    from pats.protocols import GroupPlan
-    from pats.types import EMPTY_VIEW
+    from pats.testing.engine import play_group
 
     spec = load_spec(
         repo / "experiments/quickstart.yaml",
         ["policy.action=generate", "policy.max_new_tokens=8", "environment.max_turns=2"],
     )
-    make_env = make_env_factory(spec)
-    backend = LocalBackend(spec, make_env)
-    env = make_env()
-    task = env.tasks("train")[0]
-
-    async def go():
-        try:
-            (played,) = await backend.rollout(0, [GroupPlan(task=task, view=EMPTY_VIEW, size=2)])
-            return played.group, dict(
-                zip((r.id for r in played.group.rollouts), played.training, strict=True)
-            )
-        finally:
-            await backend.close()
-            await env.close()
-
-    group, stored = asyncio.run(go())
-    rollouts = group.rollouts
+    played = play_group(spec)
+    rollouts = played.group.rollouts
     assert len(rollouts) == 2 and all(1 <= len(r.turns) <= 2 for r in rollouts)
     for r in rollouts:
         for turn in r.turns:
             assert 0 < turn.response_tokens <= 8
             assert turn.valid or turn.invalid_reason, "an invalid action must say why"
-        items = stored[r.id]
+        items = played.training[r.id]
         assert len(items) == len(r.turns)
-        item = backend.train_item(items[0], advantage=1.0, weight=0.5)
+        item = played.backend.train_item(items[0], advantage=1.0, weight=0.5)
         prompt, response = items[0].prompt, items[0].response
         assert item.input_ids == tuple(prompt) + tuple(response)
         assert sum(item.loss_mask) == len(response) and item.loss_mask[: len(prompt)] == (0,) * len(prompt)
