@@ -29,8 +29,6 @@ Where this departs from what one might expect:
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import os
 import shutil
@@ -38,20 +36,19 @@ import subprocess
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from py4j.protocol import Py4JError
 
 from pats.envs.admissible import check_step, normalize, rejected, spelling
+from pats.envs.worker import WorkerThread
 from pats.errors import EnvironmentFault, PrerequisiteError, SpecError, SpecIssue
 from pats.protocols import StepResult
 from pats.registry import ENVIRONMENTS
 from pats.spec.environments import TwxEnvSpec
 from pats.types import Task
 
-T = TypeVar("T")
 _JVM_ERRORS = (Py4JError, OSError)  # what a dead or broken gateway raises
 
 FOLD_FIRST_SEED = {"train": 0, "dev": 10000, "test": 20000}  # TextWorldExpress's seed numbering
@@ -96,10 +93,9 @@ class TwxEnv:
     def __init__(self, spec: TwxEnvSpec):
         self.spec = spec
         self.jvm_starts = 0  # JVMs this instance has launched, restarts included
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="twx")
+        self._worker = WorkerThread("TwxEnv", "twx")
         self._jvm: _Jvm | None = None
         self._loaded: tuple[str, str] | None = None  # (game, params) loaded in the JVM
-        self._closed = False
         # The episode in progress.
         self._task: Task | None = None
         self._description = ""
@@ -140,10 +136,10 @@ class TwxEnv:
         ]
 
     async def reset(self, task: Task) -> StepResult:
-        return await self._run(self._reset, task)
+        return await self._worker.run(self._reset, task)
 
     async def step(self, action: str) -> StepResult:
-        return await self._run(self._step, action)
+        return await self._worker.run(self._step, action)
 
     def expert_plan(self, task: Task) -> list[str] | None:
         """The gold action sequence of `task` (cached). Blocks the caller for the JVM call (about a
@@ -152,17 +148,12 @@ class TwxEnv:
         with _PLANS_LOCK:
             if key in _PLANS:
                 return list(_PLANS[key])
-        self._check_open()
-        plan = self._executor.submit(self._gold_path, task).result()
+        plan = self._worker.call(self._gold_path, task)
         with _PLANS_LOCK:
             return list(_PLANS.setdefault(key, plan))
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        await self._run(self._stop_jvm)
-        self._closed = True
-        self._executor.shutdown(wait=True)
+        await self._worker.close(self._stop_jvm)
 
     @property
     def jvm_pid(self) -> int | None:
@@ -171,10 +162,6 @@ class TwxEnv:
         return jvm.process.pid if jvm is not None else None
 
     # Everything below runs on the worker thread.
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        self._check_open()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     def _reset(self, task: Task) -> StepResult:
         self._task, self._sent, self._last, self._broken = None, [], None, False
@@ -271,10 +258,6 @@ class TwxEnv:
             admissible=admissible,
             task_description=self._description,
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this TwxEnv is closed")
 
 
 class _Jvm:

@@ -22,8 +22,6 @@ Where this departs from AlfredTWEnv and the published setups (verl-agent, GiGPO)
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import importlib.util
 import json
 import select
@@ -32,20 +30,18 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pats.envs.admissible import check_step, normalize, rejected, spelling
 from pats.envs.alfworld.data import GAME_FILE, data_source, list_games, split_dir
+from pats.envs.worker import WorkerThread
 from pats.errors import EnvironmentFault, PrerequisiteError
 from pats.protocols import StepResult
 from pats.registry import ENVIRONMENTS
 from pats.spec.environments import AlfworldEnvSpec
 from pats.types import Task
 
-T = TypeVar("T")
 SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 INSTALL = "pip install alfworld==0.4.2 'textworld[pddl]==1.7.0'"
 WORKER = Path(__file__).with_name("worker.py")
@@ -66,9 +62,8 @@ class AlfworldEnv:
     def __init__(self, spec: AlfworldEnvSpec):
         self.spec = spec
         self.process_starts = 0  # child processes this instance has launched, restarts included
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alfworld")
+        self._worker = WorkerThread("AlfworldEnv", "alfworld")
         self._game: _Game | None = None
-        self._closed = False
         self._splits: dict[str, Path] = {}
         # The episode in progress.
         self._task: Task | None = None
@@ -100,10 +95,10 @@ class AlfworldEnv:
         ]
 
     async def reset(self, task: Task) -> StepResult:
-        return await self._run(self._reset, task)
+        return await self._worker.run(self._reset, task)
 
     async def step(self, action: str) -> StepResult:
-        return await self._run(self._step, action)
+        return await self._worker.run(self._step, action)
 
     def expert_plan(self, task: Task) -> list[str] | None:
         """The game's walkthrough (a winning action sequence stored in the game file)."""
@@ -114,11 +109,7 @@ class AlfworldEnv:
             return list(_PLANS[path]) or None
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        await self._run(self._stop)
-        self._closed = True
-        self._executor.shutdown(wait=True)
+        await self._worker.close(self._stop)
 
     @property
     def pid(self) -> int | None:
@@ -137,11 +128,6 @@ class AlfworldEnv:
         return self._split_dir(task.payload["split"]) / task.payload["game"] / GAME_FILE
 
     # Everything below runs on the worker thread.
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise RuntimeError("this AlfworldEnv is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     def _reset(self, task: Task) -> StepResult:
         self._task, self._last, self._broken = None, None, False
