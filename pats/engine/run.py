@@ -8,6 +8,10 @@ A run directory (`<logging.root>/<name>/`) holds:
   checkpoints/     step_NNNNNN/ (policy, judge state, state.json) and latest.json
   wandb/           the W&B run (offline unless logging.wandb says otherwise)
   report/          plots and summary.md (`pats report`)
+
+A refused run leaves nothing behind: `pats run` removes what it wrote when it stops before any step
+ended (a folder that held something before keeps that), and `train` loads everything that can refuse
+(environment, model, checkpoint) before it writes, so a refused `--resume` leaves the run as it was.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler
 from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
+from pats.logging.events import read_events
 from pats.logging.sinks import WandbSink
 from pats.registry import ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
@@ -115,16 +120,22 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
     done = state.step if state else None
+    # What can refuse (the environment, the model and its LoRA, the checkpoint's weights) comes before
+    # anything is written, so a refused resume leaves its run directory as it was.
+    count_tokens = token_counter(spec.policy.model)
+    backend = make_backend(spec, make_env)
+    if state:
+        backend.load(Path(state.path))
+    likelihood_gap = await _likelihood_gap(spec, env, backend, train_tasks)
     end = restore(  # the scaffold side, events and metrics cut back to the checkpoint (the resume rule)
         spec,
         run_dir,
-        token_counter(spec.policy.model),
+        count_tokens,
         env.expert_plan,
         task_types=sorted({t.type for t in train_tasks}),
         state=state.scaffold_state() if state else None,
     )
     scaffold = end.scaffold
-    backend = make_backend(spec, make_env)
     sinks = list(end.sinks)
     wandb_id = state.wandb_id if state else None
     if spec.logging.wandb != "disabled":
@@ -140,8 +151,6 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
         )
         sinks.append(sink)
         wandb_id = sink.run_id
-    if state:
-        backend.load(Path(state.path))
     progress = ProgressSink(spec, start=(done + 1) if state else 0) if spec.logging.progress else None
     if progress:
         sinks.append(progress)
@@ -163,7 +172,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
             shutil.rmtree(old, ignore_errors=True)
 
     engine = Engine(
-        likelihood_gap=await _likelihood_gap(spec, env, backend, train_tasks),
+        likelihood_gap=likelihood_gap,
         spec=spec,
         backend=backend,
         scaffold=scaffold,
@@ -314,7 +323,45 @@ TRAINERS = {"local": _train_locally, "verl": _train_with_verl}
 
 def run_spec(spec: ExperimentSpec) -> Path:
     check_inputs(spec)
-    return TRAINERS[spec.trainer.backend](spec, new_run(spec), None)
+    run_dir = run_dir_for(spec)
+    made = _missing_folders(run_dir)
+    before = set(run_dir.iterdir()) if run_dir.is_dir() else set()
+    try:
+        return TRAINERS[spec.trainer.backend](spec, new_run(spec), None)
+    except RunInterrupted:
+        raise  # its message points at the run directory to resume
+    except BaseException:
+        if not _holds_a_step(run_dir):  # refused (or failed) before any step ended: nothing to resume
+            _remove_new(run_dir, before, made)
+        raise
+
+
+def _missing_folders(run_dir: Path) -> list[Path]:
+    """The run directory and those of its parents that do not exist yet, deepest first."""
+    return [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]
+
+
+def _holds_a_step(run_dir: Path) -> bool:
+    events = run_dir / "events.jsonl"
+    return (run_dir / "checkpoints" / "latest.json").exists() or (
+        events.is_file() and bool(read_events(events, "step_end"))
+    )
+
+
+def _remove_new(run_dir: Path, before: set[Path], made: list[Path]) -> None:
+    """What this invocation wrote into the run directory, and the folders it created, if empty now;
+    what was there before stays."""
+    if run_dir.is_dir():
+        for path in set(run_dir.iterdir()) - before:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    for folder in made:  # deepest first; one another process has written into since stays
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def resume(run_dir: Path) -> Path:
