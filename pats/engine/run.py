@@ -115,15 +115,16 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     """Train from scratch (state None) or from a checkpoint state; returns the run directory."""
     from pats.models import token_counter
 
+    # What can refuse (the model and its LoRA, the environment, the checkpoint's weights) comes before
+    # anything is written, so a refused resume leaves its run directory as it was. The backend first:
+    # it sets process-wide options (threads, malloc arenas) before the environments start threads.
     make_env = make_env_factory(spec)
+    backend = make_backend(spec, make_env)
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
     done = state.step if state else None
-    # What can refuse (the environment, the model and its LoRA, the checkpoint's weights) comes before
-    # anything is written, so a refused resume leaves its run directory as it was.
     count_tokens = token_counter(spec.policy.model)
-    backend = make_backend(spec, make_env)
     if state:
         backend.load(Path(state.path))
     likelihood_gap = await _likelihood_gap(spec, env, backend, train_tasks)

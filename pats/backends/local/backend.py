@@ -22,6 +22,7 @@ import torch
 
 from pats.backends.local.grpo import group_advantages
 from pats.backends.local.items import ChoiceItem, TrainItem
+from pats.backends.local.memory import release_free_memory
 from pats.backends.local.policy import LocalPolicy
 from pats.backends.local.scoring import PrefixStore
 from pats.envs.prompting import instructions, render_prompt
@@ -132,6 +133,7 @@ class LocalBackend:
             if not live:
                 break
             acts = self._act(live, greedy, prefixes)
+            release_free_memory()  # the turn's temporary tensors (pats.backends.local.memory)
             await asyncio.gather(*(s.episode.step(a, s.env.step) for s, a in zip(live, acts, strict=True)))
         return seats
 

@@ -28,6 +28,7 @@ from torch import Tensor
 from pats.backends.local import grpo
 from pats.backends.local.device import require_device
 from pats.backends.local.items import ChoiceItem, TrainItem
+from pats.backends.local.memory import one_malloc_arena
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import run_update
 from pats.errors import BackendError
@@ -56,6 +57,7 @@ class LocalPolicy:
         self.spec, self.trainer = policy, trainer
         if trainer.threads is not None:
             torch.set_num_threads(trainer.threads)  # process-wide: torch has no per-model setting
+        one_malloc_arena()  # process-wide too: each stage reuses the memory the last one freed
         self.device = require_device(trainer)
         self.autocast = (
             trainer.autocast_bf16 and policy.dtype == "float32" and bf16_autocast_supported(self.device)

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from pats.backends.local import grpo
 from pats.backends.local.items import ChoiceItem, Item, TrainItem, Updatable
+from pats.backends.local.memory import release_free_memory
 from pats.backends.local.scoring import supports_batching
 from pats.backends.local.sharing import SharedPrefix, passes, prefix_groups, right_padded
 
@@ -247,7 +248,9 @@ def _update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool) -> dic
                 for key, value in clip_stats.items():
                     sums[key] += float(value) * tokens
                 i += 1
+                release_free_memory()  # the unit's activations (pats.backends.local.memory)
             shared.backward()  # the prefix's part of the gradient, once for all of its units
+            release_free_memory()
         model.eval()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, trainer.max_grad_norm))
         sums["loss"] += epoch_loss
