@@ -280,6 +280,8 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     report |= nll
     say(f"NLL after: {nll['nll_without_after']:.3f} without guidance, {nll['nll_with_after']:.3f} with")
     report |= {"updates": updates, "seconds": time.time() - start}
+    for config in policy.model.peft_config.values():  # the spec's model name, not this machine's cache path
+        config.base_model_name_or_path = clone.policy.model
     policy.model.save_pretrained(out / "adapter")
     lines = "".join(
         json.dumps(asdict(ex) | {"nll_before": before.get(i), "nll_after": after.get(i)}) + "\n"
