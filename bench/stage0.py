@@ -153,8 +153,11 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
             gap = fmt(got["expert"]["likelihood_gap"].get("gap")) if got["expert"] else "not run"
             return (f"| {name} | {temperature} | {placement} | {' | '.join(shown)} | not run | {gap} "
                     f"| fail ({why}) |"), False  # fmt: skip
-        have = ", ".join(k for k, c in got.items() if c)
-        return f"| {name} | {temperature} | {placement} | cells so far: {have or 'none'} | | | | | |", None
+        have = ", ".join("none (no guidance)" if k == "none" else k for k, c in got.items() if c)
+        return (
+            f"| {name} | {temperature} | {placement} | {'ran so far: ' + have if have else 'no cell yet'} | | | | | |",
+            None,
+        )
     none, expert, control, family = (got[k] for k in ("none", "expert", "control", "family"))
     d, lo, hi = paired_bootstrap(expert["per_task"], control["per_task"])
     gap = expert["likelihood_gap"].get("gap")
@@ -174,12 +177,12 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
     return row, all(checks)
 
 
-def report(folder: Path = CELLS) -> str:
+def report(folder: Path = CELLS, settings=tuple(VARIANTS)) -> str:
     cells = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
     rows = ["| setting | temperature | placement | none (<= 0.10) | expert (>= 0.25) | control | family "
             "| expert - control (>= +0.10, 95% CI over games excl. 0) | expert likelihood gap (>= 0.2) | verdict |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for name in VARIANTS:
+    for name in settings:
         for temperature in TEMPERATURES:
             for placement in PLACEMENTS:
                 rows.append(verdict(cells, name, temperature, placement)[0])
@@ -217,7 +220,7 @@ def main(argv=None) -> None:
         args.cells = RESULTS / f"stage0-{yaml.safe_load((args.warm_start / 'spec.yaml').read_text())['name']}"
     if not args.report_only:
         run(args)
-    print(report(args.cells))
+    print(report(args.cells, args.settings))
 
 
 if __name__ == "__main__":
