@@ -48,7 +48,7 @@ from sensitivity import setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 LRS = (1e-3, 3e-4, 1e-4)
-PER_RUN = ("stage", "seeds", "report_only")
+PER_RUN = ("stage", "seeds", "report_only", "threads")  # how a run was made, not what it measures
 
 
 def cell_name(lr: float, top_layers: int | None, seed: int) -> str:
@@ -80,7 +80,8 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
     run_dir = REPO / "bench" / "runs" / "pilot" / args.campaign / name
     start = time.time()
     layers = f"policy.lora.top_layers={top_layers if top_layers else 'null'}"
-    what = run_condition(str(spec_file), [f"trainer.lr={lr}", layers, f"seed={seed}"], run_dir)
+    threads = [f"trainer.threads={args.threads}"] if args.threads else []
+    what = run_condition(str(spec_file), [f"trainer.lr={lr}", layers, f"seed={seed}", *threads], run_dir)
     cache = run_dir / "report" / f"heldout_{args.heldout}_from{args.heldout_offset}.json"
     held = heldout(cache, args.heldout, run_dir, offset=args.heldout_offset)
     run = read_run(run_dir)
@@ -193,6 +194,8 @@ def main(argv=None) -> None:
     p.add_argument("--heldout-offset", type=int, default=96,
                    help="first held-out dev game (0-95 were used by the twc1 campaigns)")  # fmt: skip
     p.add_argument("--campaign", default="twc1-pilot", help="folder under bench/results/pilot/")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of the training cells (1 on a machine shared with other jobs)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
     args = p.parse_args(argv)
     folder = RESULTS / "pilot" / args.campaign
