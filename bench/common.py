@@ -6,7 +6,9 @@
 - held-out evaluation of a run's last checkpoint through pats' `play_heldout` (what `pats eval`
   plays), kept per task: `pats eval` and the `eval` events keep only means, and a paired comparison
   needs each task;
-- the cost model used to print an estimate before anything runs.
+- the cost model used to print an estimate before anything runs;
+- `--set KEY=VALUE` spec overrides, shared by the benchmarks that take them: the flag, the name they
+  give a result folder, and applying them to a spec the script built (pats' own loader validates them).
 Statistics live in bench/stats.py.
 """
 
@@ -16,7 +18,9 @@ import asyncio
 import gc
 import json
 import math
+import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +188,62 @@ def action_overrides(args) -> list[str]:
     if args.action == "generate":
         return ["policy.action=generate", f"policy.max_new_tokens={args.new_tokens}"]
     return []
+
+
+# -- spec overrides (--set) ----------------------------------------------------------------------
+
+
+def add_set_flag(parser, help: str) -> None:
+    """`--set KEY=VALUE ...`: dotted spec overrides as `pats run SPEC KEY=VALUE` takes them (repeatable,
+    several after one flag); `help` says what they reach and where their results go."""
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=help)
+
+
+def overrides_key(overrides: Sequence[str]) -> str:
+    """A folder-name part for overrides: each one's last key part and its value, letters and digits only,
+    joined by '-' (trainer.lr=1e-5 -> lr1e5; policy.model=Qwen/Qwen2.5-1.5B-Instruct ->
+    modelQwenQwen2515BInstruct)."""
+    parts = []
+    for text in overrides:
+        key, _, value = text.partition("=")
+        parts.append(re.sub(r"[^A-Za-z0-9_]+", "", key.split(".")[-1] + value))
+    return "-".join(parts)
+
+
+def with_overrides(spec, overrides: Sequence[str], owned: dict[str, str], what: str):
+    """`spec` with `overrides` applied last, read and validated by pats' own loader (`load_spec`: the
+    same parsing, merge and checks as `pats run SPEC KEY=VALUE`, so a bad key is refused with what to
+    write). `owned` maps the keys the calling script sets itself (its flags and grid) to the flag to use
+    instead: an override of one of them, or of a section holding one, is refused too, since the script
+    would overwrite it or name its cells after another value. `what` names the overrides in errors."""
+    from pats.errors import SpecError, SpecIssue
+    from pats.spec import load_spec, spec_to_yaml
+
+    if not overrides:
+        return spec
+    issues = []
+    for text in overrides:
+        key = text.partition("=")[0].strip()
+        for mine, flag in owned.items():
+            if key == mine or key.startswith(mine + "."):
+                what_to_do = f"set by {flag}; use that instead"
+            elif mine.startswith(key + "."):
+                what_to_do = (
+                    f"holds {mine}, set by {flag}; override the other keys one by one ({key}.<key>=...)"
+                )
+            else:
+                continue
+            issues.append(SpecIssue(key, what_to_do, f"override '{text}'"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(spec_to_yaml(spec))
+        try:
+            changed = load_spec(path, overrides)
+        except SpecError as err:
+            issues = [*err.issues, *issues]
+    if issues:
+        raise SpecError(issues, file=what)
+    return changed
 
 
 def write_result(name: str, result: dict, results_dir: Path) -> Path:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -45,9 +44,11 @@ from common import (  # noqa: E402
     RESULTS,
     SETTINGS,
     UnitCosts,
+    add_set_flag,
     eval_seconds,
     fmt,
     heldout,
+    overrides_key,
     read_run,
     run_condition,
     step_seconds,
@@ -395,12 +396,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reward", choices=["win", "score"], default="win", help="score: the game's partial score"
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a spec override for every condition, e.g. environment.num_train_tasks=8 (repeatable; named in the "
+    add_set_flag(
+        parser,
+        "spec overrides for every condition, e.g. environment.num_train_tasks=8 (repeatable; named in the "
         "run directory and result file)",
     )
     parser.add_argument("--out", type=Path, help="run directories (default bench/runs/<bench>/<budget>...)")
@@ -416,13 +414,12 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 def budget_key(args) -> str:
     """Names the run directories and result files: the budget plus whatever departs from the default."""
-    sets = [re.sub(r"[^A-Za-z0-9_]+", "", s.split(".")[-1]) for s in args.set]  # trainer.lr=1e-5 -> lr1e5
     return "-".join(
         [
             args.budget,
             *([args.setting] if args.setting != "easy" else []),
             *([args.reward] if args.reward != "win" else []),
-            *sets,
+            *([overrides_key(args.set)] if args.set else []),
         ]
     )
 
