@@ -16,11 +16,14 @@ stage `lr` runs every lr at `--top-layers`; stage `layers` runs the chosen lr wi
 
 Each cell writes bench/results/pilot/<campaign>/<cell>.json when it finishes (commit it); a rerun
 fills only the missing ones, and an interrupted cell resumes from its checkpoint
-(bench/runs/pilot/<campaign>/<cell>/, ignored by git).
+(bench/runs/pilot/<campaign>/<cell>/, ignored by git). Another policy (or any other spec change) is
+given as `--set KEY=VALUE ...` overrides of the campaign's base spec, part of the protocol every cell
+records; without --campaign their cells go to twc1-pilot-<the overrides' name> (`campaign_name`).
 
     python bench/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
     python bench/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
     python bench/pilot.py --report-only      # the table from the committed cells
+    python bench/pilot.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
 """
 
 from __future__ import annotations
@@ -37,31 +40,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     REPO,
     RESULTS,
+    add_set_flag,
     fmt,
     heldout,
     heldout_record,
+    overrides_key,
     read_run,
     run_condition,
     untrained_heldout,
+    with_overrides,
 )
 from sensitivity import setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 LRS = (1e-3, 3e-4, 1e-4)
-PER_RUN = ("stage", "seeds", "report_only", "threads")  # how a run was made, not what it measures
+PER_RUN = ("stage", "seeds", "report_only", "threads", "check")  # how a run was made, not what it measures
+CAMPAIGN = "twc1-pilot"  # the 135M policy's committed campaign
+# Keys the base spec or each cell gets from a flag or the grid: `--set` may not change them (the flag's
+# value would be overwritten, or stay in the protocol while another value ran).
+OWNED = {
+    "trainer.lr": "the grid (stage lr: 1e-3, 3e-4, 1e-4)",
+    "policy.lora.top_layers": "--top-layers (stage layers: all)",
+    "seed": "--seeds",
+    "trainer.threads": "--threads",
+    "environment.num_train_tasks": "--pool",
+    "environment.num_eval_tasks": "--eval-tasks",
+    "trainer.steps": "--steps",
+    "trainer.tasks_per_step": "--tasks-per-step",
+    "trainer.group_size": "--group",
+    "eval.every": "--eval-every",
+    "eval.num_tasks": "--eval-tasks",
+    "eval.samples_per_task": "--samples",
+    "eval.gap_tasks": "--pool",
+    "name": "--campaign and the cell (each run's name)",
+    "logging.root": "--campaign (bench/runs/pilot/<campaign>/)",
+}
 
 
 def cell_name(lr: float, top_layers: int | None, seed: int) -> str:
     return f"lr{lr:.0e}-{'top' + str(top_layers) if top_layers else 'all'}-s{seed}"
 
 
+def campaign_name(overrides: list[str]) -> str:
+    """The campaign without --campaign: twc1-pilot, or twc1-pilot-<overrides_key> with --set."""
+    return f"{CAMPAIGN}-{overrides_key(overrides)}" if overrides else CAMPAIGN
+
+
 def base_spec(args) -> Path:
-    """twc1 with the pilot's sizes, no scaffold; written once per campaign (every cell's base)."""
+    """`pilot_spec`, written once per campaign (every cell's base)."""
     from pats.spec.loader import spec_to_yaml
-    from pats.spec.models import ExperimentSpec
 
     out = REPO / "bench" / "runs" / "pilot" / args.campaign
     out.mkdir(parents=True, exist_ok=True)
+    path = out / "base.yaml"
+    path.write_text(spec_to_yaml(pilot_spec(args)))
+    return path
+
+
+def pilot_spec(args):
+    """twc1 with the pilot's sizes, no scaffold, then the --set overrides."""
+    from pats.spec.models import ExperimentSpec
+
     data = setting_spec("twc1").model_dump(mode="json")
     data["environment"].update(num_train_tasks=args.pool, num_eval_tasks=args.eval_tasks)
     data["trainer"].update(steps=args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group,
@@ -70,9 +109,7 @@ def base_spec(args) -> Path:
     data["eval"].update(every=args.eval_every, at_start=True, num_tasks=args.eval_tasks, greedy=False,
                         samples_per_task=args.samples, with_scaffold=False, gap_tasks=args.pool, pool=True)  # fmt: skip
     data["logging"].update(progress=False, wandb="offline")
-    path = out / "base.yaml"
-    path.write_text(spec_to_yaml(ExperimentSpec.model_validate(data)))
-    return path
+    return with_overrides(ExperimentSpec.model_validate(data), args.set, OWNED, "bench/pilot.py --set")
 
 
 def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Path) -> dict:
@@ -169,10 +206,12 @@ def check_protocol(args, folder: Path) -> None:
     want = {k: v for k, v in vars(args).items() if k not in PER_RUN}
     for path in sorted(folder.glob("*.json")):
         had = {k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN}
+        had.setdefault("set", [])  # cells written before --set existed ran without overrides
         diff = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
         if diff:
             raise SystemExit(
-                f"{path} ran another protocol ({', '.join(diff)} differ); use another --campaign"
+                f"{path} ran another protocol ({', '.join(f'{k}: {had.get(k)} there, {want.get(k)} now' for k in diff)}); "
+                "use another --campaign"
             )
 
 
@@ -193,13 +232,33 @@ def main(argv=None) -> None:
     p.add_argument("--heldout", type=int, default=32, help="dev games of the final held-out test")
     p.add_argument("--heldout-offset", type=int, default=96,
                    help="first held-out dev game (0-95 were used by the twc1 campaigns)")  # fmt: skip
-    p.add_argument("--campaign", default="twc1-pilot", help="folder under bench/results/pilot/")
+    p.add_argument("--campaign", default=None,
+                   help=f"folder under bench/results/pilot/ and bench/runs/pilot/ (default: {CAMPAIGN}; with --set, "
+                   f"{CAMPAIGN}-<the overrides' name>)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of the training cells (1 on a machine shared with other jobs)")  # fmt: skip
+    add_set_flag(p, "spec overrides of the campaign's base spec, dotted as in `pats run SPEC KEY=VALUE`, e.g. "
+                 "policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda; part of the protocol every cell "
+                 f"records. Without --campaign, cells go to bench/results/pilot/{CAMPAIGN}-<each override's last key "
+                 "part and value, letters and digits only, joined by '-'>/ (here: "
+                 f"{CAMPAIGN}-modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
+    p.add_argument("--check", action="store_true",
+                   help="build and validate the base spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
     args = p.parse_args(argv)
+    args.campaign = args.campaign or campaign_name(args.set)
+    if args.set or args.check:  # the spec every cell starts from, validated before anything loads
+        from pats.errors import SpecError
+
+        try:
+            pilot_spec(args)
+        except SpecError as err:
+            p.exit(SpecError.exit_code, f"error: {err}\n")
     folder = RESULTS / "pilot" / args.campaign
     check_protocol(args, folder)
+    if args.check:
+        print(f"ok: the base spec; cells go to {folder}")
+        return
     if not args.report_only:
         spec_file = base_spec(args)
         if args.stage == "lr":
@@ -210,7 +269,7 @@ def main(argv=None) -> None:
                 raise SystemExit("stage layers needs every stage-lr cell first: run `python bench/pilot.py`")
             print(f"chosen lr (final pool success, stage lr): {lr:.0e}")
             plan = [(lr, None)]
-        protocol = {k: v for k, v in vars(args).items() if k != "report_only"}
+        protocol = {k: v for k, v in vars(args).items() if k not in ("report_only", "check")}
         for seed in args.seeds:  # seed-major: every setting has a seed before any has two
             out = folder / f"untrained-s{seed}.json"
             if not out.is_file():

@@ -17,10 +17,13 @@ its bar, the combination fails whatever the rest show, and its remaining cells a
 `--complete` is given.
 
 Each cell writes bench/results/stage0/<setting>-T<temperature>[-<placement>]-<guidance>.json when it
-finishes (commit it); a rerun fills only the missing cells.
+finishes (commit it); a rerun fills only the missing cells. Another policy (or any other spec change)
+is given as `--set KEY=VALUE ...` overrides of every probe spec, recorded in each cell; its cells go to
+their own folder, named after the overrides (`cells_folder`), never beside the 135M policy's.
 
     python bench/stage0.py
     python bench/stage0.py --report-only
+    python bench/stage0.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, fmt  # noqa: E402
+from common import RESULTS, add_set_flag, fmt, overrides_key, with_overrides  # noqa: E402
 from sensitivity import Probe, setting_spec  # noqa: E402
 from stats import paired_bootstrap  # noqa: E402
 
@@ -43,13 +46,29 @@ TEMPERATURES = (1.0, 0.5)
 PLACEMENTS = ("turn", "system")
 GUIDED = ("expert", "control", "family")
 PASS = {"none_max": 0.10, "expert_min": 0.25, "expert_minus_control": 0.10, "gap_min": 0.2}
+# Keys every probe spec gets from the grid or a flag: `--set` may not change them (the cell names and
+# the warm start would no longer say what played).
+OWNED = {
+    "environment.max_turns": "--settings (each setting's turn limit)",
+    "policy.temperature": "the grid's temperatures (1.0 and 0.5)",
+    "scaffold.placement": "the grid's placements (turn and system)",
+    "trainer.threads": "--threads",
+    "policy.lora": "--warm-start (a fresh adapter changes nothing before training)",
+    "policy.init_adapter": "--warm-start",
+}
 
 
 def variant_spec(
-    name: str, temperature: float, placement: str, threads: int | None = None, warm: Path | None = None
+    name: str,
+    temperature: float,
+    placement: str,
+    threads: int | None = None,
+    warm: Path | None = None,
+    overrides: tuple[str, ...] = (),
 ):
-    """The setting's spec at this temperature and placement; from a warm start's adapter (and its LoRA
-    shape, which the adapter must fit) when `warm` is a `pats warm-start` output folder."""
+    """The setting's spec at this temperature and placement, with the `--set` overrides; from a warm
+    start's adapter (and its LoRA shape, which the adapter must fit) when `warm` is a `pats warm-start`
+    output folder."""
     import yaml
 
     from pats.spec.models import ExperimentSpec
@@ -60,14 +79,39 @@ def variant_spec(
     data["policy"]["temperature"] = temperature
     data["scaffold"]["placement"] = placement
     data["trainer"]["threads"] = threads
+    spec = with_overrides(ExperimentSpec.model_validate(data), overrides, OWNED, "bench/stage0.py --set")
     if warm is not None:
+        data = spec.model_dump(mode="json")
         trained = yaml.safe_load((warm / "spec.yaml").read_text())["policy"]
         if trained["model"] != data["policy"]["model"]:
             raise SystemExit(
                 f"{warm}: the warm start trained {trained['model']}, the probe plays {data['policy']['model']}"
             )
         data["policy"] |= {"lora": trained["lora"], "init_adapter": str(warm / "adapter")}
-    return ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data)
+    return spec
+
+
+def cells_folder(warm_name: str | None, overrides: list[str]) -> Path:
+    """bench/results/stage0[-<warm start name>][-<overrides_key>]/: without --set, the committed folders."""
+    parts = [
+        "stage0",
+        *([warm_name] if warm_name else []),
+        *([overrides_key(overrides)] if overrides else []),
+    ]
+    return RESULTS / "-".join(parts)
+
+
+def check_overrides(folder: Path, overrides: list[str]) -> None:
+    """Refuse a folder whose cells were played with other --set overrides (two override lists can give
+    one folder name): one folder, one policy and spec."""
+    for path in sorted(folder.glob("*.json")):
+        had = json.loads(path.read_text()).get("set", [])  # cells written before --set ran without
+        if had != overrides:
+            raise SystemExit(
+                f"{path} was played with --set {had or 'nothing'}, these cells would be {overrides or 'nothing'}: "
+                "a folder holds the cells of one set of overrides; move the other cells away first"
+            )
 
 
 def cell_id(name: str, temperature: float, placement: str | None, kind: str) -> str:
@@ -122,13 +166,16 @@ async def play(args, name, temperature, placement, kinds, ids) -> None:
                 print(f"{ids[kind]:32s} not run: {why} already fails {name} T{temperature} {placement}", flush=True)  # fmt: skip
                 continue
             if probe is None:
-                spec = variant_spec(name, temperature, placement, args.threads, args.warm_start)
+                spec = variant_spec(
+                    name, temperature, placement, args.threads, args.warm_start, tuple(args.set)
+                )
                 probe = Probe(VARIANTS[name][0], args, spec=spec)
             result = await probe.cell(kind)
             result |= {
                 "variant": name,
                 "temperature": temperature,
                 "placement": placement if kind != "none" else None,
+                "set": args.set,  # the spec overrides every cell of this folder shares (check_overrides)
             }
             (args.cells / f"{ids[kind]}.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"{ids[kind]:32s} {result['successes']}/{result['episodes']} "
@@ -195,6 +242,8 @@ def report(folder: Path = CELLS, settings=tuple(VARIANTS)) -> str:
 def main(argv=None) -> None:
     import yaml
 
+    from pats.errors import SpecError
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--settings", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -210,14 +259,37 @@ def main(argv=None) -> None:
     p.add_argument("--warm-start", type=Path, default=None, metavar="DIR",
                    help="play from a `pats warm-start` output folder (its adapter/ and spec.yaml's LoRA); "
                    "cells go to bench/results/stage0-<the warm start's spec name>/")  # fmt: skip
+    add_set_flag(p, "spec overrides of every probe spec, dotted as in `pats run SPEC KEY=VALUE`, e.g. "
+                 "policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda; recorded in each cell. Cells go to "
+                 "bench/results/stage0[-<warm start name>]-<each override's last key part and value, letters and "
+                 "digits only, joined by '-'>/ (here: modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
+    p.add_argument("--check", action="store_true",
+                   help="build and validate every probe spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
     args = p.parse_args(argv)
-    args.cells = CELLS
+    warm_name = None
     if args.warm_start is not None:
         if not (args.warm_start / "adapter").is_dir():
             p.error(f"--warm-start {args.warm_start}: no adapter/ there; give the folder `pats warm-start SPEC` wrote "
                     "(<logging.root>/<name>/warm_start)")  # fmt: skip
-        args.cells = RESULTS / f"stage0-{yaml.safe_load((args.warm_start / 'spec.yaml').read_text())['name']}"
+        warm_name = yaml.safe_load((args.warm_start / "spec.yaml").read_text())["name"]
+    args.cells = cells_folder(warm_name, args.set)
+    if args.set or args.check:  # every spec the run would build, validated before anything loads
+        try:
+            for name in args.settings:
+                for temperature in TEMPERATURES:
+                    for placement in PLACEMENTS:
+                        variant_spec(
+                            name, temperature, placement, args.threads, args.warm_start, tuple(args.set)
+                        )
+        except SpecError as err:
+            p.exit(SpecError.exit_code, f"error: {err}\n")
+    check_overrides(args.cells, args.set)
+    if args.check:
+        print(
+            f"ok: {len(args.settings) * len(TEMPERATURES) * len(PLACEMENTS)} probe specs; cells go to {args.cells}"
+        )
+        return
     if not args.report_only:
         run(args)
     print(report(args.cells, args.settings))

@@ -369,3 +369,147 @@ def test_the_action_flags_map_to_spec_overrides():
     assert common.action_overrides(parser.parse_args([])) == []
     generate = parser.parse_args(["--action", "generate", "--new-tokens", "8"])
     assert common.action_overrides(generate) == ["policy.action=generate", "policy.max_new_tokens=8"]
+
+
+QWEN = "policy.model=Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_set_flag_takes_several_overrides_per_flag_and_names_them_by_key_and_value():
+    parser = argparse.ArgumentParser()
+    common.add_set_flag(parser, "overrides")
+    assert parser.parse_args(["--set", "a.b=1", "c=2", "--set", "d=3"]).set == ["a.b=1", "c=2", "d=3"]
+    assert parser.parse_args([]).set == []
+    assert (
+        common.overrides_key(["trainer.lr=1e-5", "environment.num_train_tasks=8"]) == "lr1e5-num_train_tasks8"
+    )
+    # a dot in the value stays with the value: two models differ (learning once kept only '5BInstruct')
+    assert common.overrides_key([QWEN]) == "modelQwenQwen2515BInstruct"
+    assert common.overrides_key(["policy.model=Qwen/Qwen2.5-0.5B-Instruct"]) != common.overrides_key([QWEN])
+
+
+def test_stage0_set_overrides_reach_every_probe_spec_and_keep_the_grid(tmp_path):
+    import stage0
+    import yaml
+
+    sets = (QWEN, "trainer.lr=1e-5", "trainer.device=cuda", "policy.dtype=bfloat16")
+    spec = stage0.variant_spec("twc1-t5", 0.5, "system", threads=1, overrides=sets)
+    assert (spec.policy.model, spec.trainer.lr, spec.trainer.device) == (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        1e-5,
+        "cuda",
+    )
+    assert spec.policy.dtype == "bfloat16"
+    assert (spec.policy.temperature, spec.scaffold.placement, spec.environment.max_turns) == (
+        0.5,
+        "system",
+        5,
+    )
+    assert spec.trainer.threads == 1
+    assert stage0.variant_spec("twc1-t5", 0.5, "system") == stage0.variant_spec(
+        "twc1-t5", 0.5, "system", overrides=()
+    )
+    # a warm start must have trained the model the overrides name
+    lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"], "top_layers": 4}
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": "ws", "policy": {"model": "smollm2-135m-instruct", "lora": lora}}))  # fmt: skip
+    with pytest.raises(SystemExit, match="trained smollm2-135m-instruct, the probe plays Qwen"):
+        stage0.variant_spec("twc", 1.0, "turn", warm=tmp_path, overrides=(QWEN,))
+    warm = stage0.variant_spec("twc", 1.0, "turn", warm=tmp_path, overrides=("trainer.lr=1e-5",))
+    assert warm.policy.init_adapter == str(tmp_path / "adapter") and warm.trainer.lr == 1e-5
+
+
+def test_pilot_set_overrides_reach_the_base_spec_and_keep_the_flags():
+    import pilot
+
+    args = argparse.Namespace(pool=8, eval_tasks=4, steps=32, tasks_per_step=4, group=8, eval_every=8,
+                              samples=4, set=[QWEN, "trainer.kl_coef=0.01", "trainer.device=cuda"])  # fmt: skip
+    spec = pilot.pilot_spec(args)
+    assert (spec.policy.model, spec.trainer.kl_coef, spec.trainer.device) == (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        0.01,
+        "cuda",
+    )
+    assert (spec.trainer.steps, spec.trainer.group_size, spec.environment.num_train_tasks) == (32, 8, 8)
+    assert spec.scaffold.mode == "none" and spec.eval.pool
+    assert (
+        pilot.pilot_spec(argparse.Namespace(**{**vars(args), "set": []})).policy.model
+        == "smollm2-135m-instruct"
+    )
+
+
+@pytest.mark.parametrize("script", ["stage0", "pilot"])
+def test_a_bad_set_override_is_refused_with_pats_message_before_anything_loads(script, capsys):
+    module = __import__(script)
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--set", "policy.modle=Qwen/Qwen2.5-1.5B-Instruct", "--check"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"bench/{script}.py --set" in err
+    assert "policy.modle: unknown key 'modle'; did you mean 'model'?" in err
+    # a key the script sets from its grid or a flag is refused with the flag to use
+    owned = {
+        "stage0": ("policy.temperature=0.7", "the grid's temperatures"),
+        "pilot": ("trainer.lr=1e-5", "the grid"),
+    }
+    text, flag = owned[script]
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--set", text, "--check"])
+    assert stop.value.code == 2
+    assert f"{text.split('=')[0]}: set by {flag}" in capsys.readouterr().err
+
+
+def test_without_set_the_cells_go_where_the_committed_ones_are_and_still_fit(capsys):
+    """Default paths are today's, and the committed 135M cells (written before --set) pass the checks."""
+    import pilot
+    import stage0
+
+    assert stage0.cells_folder(None, []) == common.RESULTS / "stage0" == stage0.CELLS
+    assert stage0.cells_folder("twc_from_cookingworld", []) == common.RESULTS / "stage0-twc_from_cookingworld"
+    assert stage0.cells_folder(None, [QWEN]) == common.RESULTS / "stage0-modelQwenQwen2515BInstruct"
+    assert pilot.campaign_name([]) == "twc1-pilot"
+    assert pilot.campaign_name([QWEN]) == "twc1-pilot-modelQwenQwen2515BInstruct"
+    assert any((common.RESULTS / "stage0").glob("*.json")) and any(
+        (common.RESULTS / "pilot" / "twc1-pilot").glob("*.json")
+    )
+    stage0.main(["--check"])
+    assert f"cells go to {common.RESULTS / 'stage0'}\n" in capsys.readouterr().out
+    pilot.main(["--check"])
+    assert f"cells go to {common.RESULTS / 'pilot' / 'twc1-pilot'}\n" in capsys.readouterr().out
+    pilot.main(["--set", QWEN, "--check"])
+    assert (
+        f"cells go to {common.RESULTS / 'pilot' / 'twc1-pilot-modelQwenQwen2515BInstruct'}\n"
+        in capsys.readouterr().out
+    )
+
+
+def test_cells_of_other_overrides_are_refused(tmp_path):
+    import pilot
+    import stage0
+
+    (tmp_path / "twc-T1.0-none.json").write_text(json.dumps({"success": 0.0}))  # made before --set
+    stage0.check_overrides(tmp_path, [])
+    with pytest.raises(SystemExit, match=r"played with --set nothing, these cells would be \['policy.model"):
+        stage0.check_overrides(tmp_path, [QWEN])
+    (tmp_path / "twc-T1.0-none.json").write_text(json.dumps({"success": 0.0, "set": [QWEN]}))
+    stage0.check_overrides(tmp_path, [QWEN])
+    with pytest.raises(SystemExit, match="played with --set"):
+        stage0.check_overrides(tmp_path, [])
+
+    tmp_path = tmp_path / "pilot"
+    tmp_path.mkdir()
+    protocol = {"stage": "lr", "seeds": [0, 1], "pool": 8, "campaign": "c", "set": [QWEN]}
+    (tmp_path / "untrained-s0.json").write_text(json.dumps({"protocol": protocol}))
+    args = argparse.Namespace(**{**protocol, "report_only": False, "threads": 1, "check": False})
+    pilot.check_protocol(args, tmp_path)
+    args.set = [QWEN, "trainer.device=cuda"]
+    with pytest.raises(
+        SystemExit, match=r"set: \['policy.model=Qwen/Qwen2.5-1.5B-Instruct'\] there, .*--campaign"
+    ):
+        pilot.check_protocol(args, tmp_path)
+    del protocol["set"]  # a cell written before --set existed ran without overrides
+    (tmp_path / "untrained-s0.json").write_text(json.dumps({"protocol": protocol}))
+    args.set = []
+    pilot.check_protocol(args, tmp_path)
+    args.set = [QWEN]
+    with pytest.raises(SystemExit, match=r"set: \[\] there"):
+        pilot.check_protocol(args, tmp_path)
