@@ -240,7 +240,7 @@ def main(argv=None) -> None:
     add_set_flag(p, "spec overrides of the campaign's base spec, dotted as in `pats run SPEC KEY=VALUE`, e.g. "
                  "policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda; part of the protocol every cell "
                  f"records. Without --campaign, cells go to bench/results/pilot/{CAMPAIGN}-<each override's last key "
-                 "part and value, letters and digits only, joined by '-'>/ (here: "
+                 "part and value, letters and digits only, joined by '-'>/ (for the example: "
                  f"{CAMPAIGN}-modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
     p.add_argument("--check", action="store_true",
                    help="build and validate the base spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip

@@ -262,7 +262,7 @@ def main(argv=None) -> None:
     add_set_flag(p, "spec overrides of every probe spec, dotted as in `pats run SPEC KEY=VALUE`, e.g. "
                  "policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda; recorded in each cell. Cells go to "
                  "bench/results/stage0[-<warm start name>]-<each override's last key part and value, letters and "
-                 "digits only, joined by '-'>/ (here: modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
+                 "digits only, joined by '-'>/ (for the example: ...-modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
     p.add_argument("--check", action="store_true",
                    help="build and validate every probe spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
