@@ -11,6 +11,14 @@ two reasons of glibc's malloc, not of pats' tensors:
   keeps mapped. `release_free_memory` (malloc_trim) hands them back at stage boundaries: after each
   rollout turn and after each backward pass of the update.
 Nothing a run computes depends on either. Elsewhere than glibc both do nothing.
+
+A third reason is torch's own: under bf16 autocast on a CPU, matmuls run through oneDNN, and both
+torch's cache of oneDNN computations (ideep, `LRU_CACHE_CAPACITY`, 1024 by default) and oneDNN's
+primitive cache (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, 1024) keep an entry for every matmul shape seen.
+Packed passes have a new row count nearly every time, so they filled up by 6-8 MB a pass each through
+the quickstart's update (0.5 GiB over its 34 passes: live tensors stayed flat, malloc's in-use bytes
+grew). `small_kernel_caches` caps them; a pass's 30 layers share their shapes, so a few entries
+serve it. The same kernels run either way.
 """
 
 from __future__ import annotations
@@ -18,9 +26,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
+# Entries of torch's and oneDNN's caches of matmul kernels (measured: docs/results.md, issue 25).
+KERNEL_CACHES = {"LRU_CACHE_CAPACITY": "16", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "128"}
 
 
 @functools.cache
@@ -49,3 +60,10 @@ def release_free_memory() -> None:
     libc = _libc()
     if libc:
         libc.malloc_trim(0)
+
+
+def small_kernel_caches() -> None:
+    """Cap the kernel caches (KERNEL_CACHES) unless the environment sets them already. Both are read
+    once, at the first oneDNN matmul: call it before that (when the policy is built)."""
+    for name, capacity in KERNEL_CACHES.items():
+        os.environ.setdefault(name, capacity)

@@ -28,7 +28,7 @@ from torch import Tensor
 from pats.backends.local import grpo
 from pats.backends.local.device import require_device
 from pats.backends.local.items import ChoiceItem, TrainItem
-from pats.backends.local.memory import one_malloc_arena
+from pats.backends.local.memory import one_malloc_arena, small_kernel_caches
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import run_update
 from pats.errors import BackendError
@@ -58,6 +58,7 @@ class LocalPolicy:
         if trainer.threads is not None:
             torch.set_num_threads(trainer.threads)  # process-wide: torch has no per-model setting
         one_malloc_arena()  # process-wide too: each stage reuses the memory the last one freed
+        small_kernel_caches()  # and so are these (pats.backends.local.memory)
         self.device = require_device(trainer)
         self.autocast = (
             trainer.autocast_bf16 and policy.dtype == "float32" and bf16_autocast_supported(self.device)
