@@ -202,3 +202,52 @@ def test_bf16_copies_of_the_frozen_weights_give_the_same_update(policy, monkeypa
     cast, cast_grads = _update(policy, monkeypatch, True, 0.0)
     assert copied["loss"] == cast["loss"] and copied["grad_norm"] == cast["grad_norm"]
     assert all(torch.equal(a, b) for a, b in zip(copied_grads, cast_grads, strict=True))
+
+
+def _saved_bytes(policy, prefix) -> int:
+    """Bytes autograd keeps for backward while the prefix's pass runs (the model's weights apart)."""
+    weights = {p.untyped_storage().data_ptr() for p in policy.model.parameters()}
+    kept = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        sharing.SharedPrefix(policy, policy.model, prefix)
+    return sum(kept.values())
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_recomputing_the_prefix_pass_gives_the_same_update(monkeypatch, dropout):
+    # The prefix's activations are recomputed in its backward instead of kept through its group's
+    # passes (sharing.RECOMPUTE_PREFIX, issue 25): the same loss and gradient, bit for bit, and the
+    # same LoRA dropout masks (checkpoint restores the RNG state for the recomputation).
+    policy = _policy(LoraSpec(rank=4, alpha=8, dropout=dropout))
+    monkeypatch.setattr(sharing, "PASS_TOKENS", 1)  # several passes per prefix
+
+    def update(recompute: bool):
+        monkeypatch.setattr(sharing, "RECOMPUTE_PREFIX", recompute)
+        torch.manual_seed(5)  # dropout draws from the global RNG
+        return _update(policy, monkeypatch, True, 0.0)
+
+    (kept, kept_grads), (recomputed, recomputed_grads) = update(False), update(True)
+    assert kept["loss"] == recomputed["loss"] and kept["grad_norm"] == recomputed["grad_norm"]
+    assert all(g.abs().max() > 0 for g in kept_grads)
+    assert all(torch.equal(a, b) for a, b in zip(kept_grads, recomputed_grads, strict=True))
+    if dropout:  # the masks matter: another draw gives another gradient
+        torch.manual_seed(6)
+        _, other = _update(policy, monkeypatch, True, 0.0)
+        assert not all(torch.equal(a, b) for a, b in zip(kept_grads, other, strict=True))
+
+
+def test_the_prefix_pass_keeps_no_activations_for_backward(policy, monkeypatch):
+    prefix = training.update_groups(_items(policy), micro_batch=4, prefix_sharing=True)[0].prefix
+    monkeypatch.setattr(sharing, "RECOMPUTE_PREFIX", False)
+    kept = _saved_bytes(policy, prefix)
+    monkeypatch.setattr(sharing, "RECOMPUTE_PREFIX", True)
+    recomputed = _saved_bytes(policy, prefix)
+    assert kept > 100 * len(prefix) * 2**10  # SmolLM2-135M fp32: ~1 MiB a token
+    assert recomputed < kept / 100, (recomputed, kept)

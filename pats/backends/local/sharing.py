@@ -9,7 +9,8 @@ rest of its prompt and its response, a micro-batch per pass (`SharedPrefix.seque
 
 Each pass reads detached copies of the prefix's keys/values, so its backward stops there and its
 graph is freed before the next pass; the gradient gathered on those copies goes back through the
-prefix's own pass once, after the last of its passes (`SharedPrefix.backward`). As the loss is a sum
+prefix's own pass once, after the last of its passes (`SharedPrefix.backward`), which recomputes that
+pass's activations rather than keeping them through all of the passes (`RECOMPUTE_PREFIX`). As the loss is a sum
 over decisions, the total gradient equals running every decision's whole prompt.
 """
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from pats.backends.local import grpo
 from pats.backends.local.scoring import CACHE_ROWS, PrefixStore, score_batch
@@ -31,6 +33,12 @@ if TYPE_CHECKING:
 # SmolLM2-135M fp32, 1 thread: 512 tokens (2 decisions) per pass peaks 1.8 GB above the model, like the
 # whole-prompt path (2.0 GB); 2048 peaks 4.6 GB and is no faster on a CPU.
 PASS_TOKENS = 512
+
+# The prefix's pass with gradients keeps no activations through its group's passes but recomputes
+# them in `SharedPrefix.backward` (the same gradient). Measured on the quickstart's step-2 batch
+# (docs/results.md, "Peak memory (issue 25)"): that held 136-150 MiB (~0.6 MiB a prefix token) under
+# every pass of the group, for one more prefix pass per group. False: keep them (the reference).
+RECOMPUTE_PREFIX = True
 
 
 def prefix_groups(prompts: Sequence[tuple[int, ...]]) -> list[tuple[int, list[int]]]:
@@ -110,20 +118,34 @@ class SharedPrefix:
         self._graph: list[tuple[Tensor, Tensor]] = []  # (key or value as computed, its detached copy)
         if not prefix:  # nothing shared: the passes run whole prompts
             return
-        with policy.autocast_context():
-            self.store.ensure(model.get_decoder(), [prefix])
-        if torch.is_grad_enabled():
-            computed = self.store.kv[prefix]
-            # Copies that need a gradient only where the layer's keys/values have one: below the
-            # adapted layers (policy.lora.top_layers) nothing flows back, and the passes skip them.
-            leaves = [tuple(t.detach().requires_grad_(t.requires_grad) for t in pair) for pair in computed]
-            self.store.kv[prefix] = leaves
-            self._graph = [
-                (c, leaf)
-                for pair, copies in zip(computed, leaves, strict=True)
-                for c, leaf in zip(pair, copies, strict=True)
-                if c.requires_grad
-            ]
+        if not torch.is_grad_enabled():
+            self.store.kv[prefix] = self._keys_values()
+            return
+        computed = self._keys_values(checkpointed=RECOMPUTE_PREFIX)
+        # Copies that need a gradient only where the layer's keys/values have one: below the
+        # adapted layers (policy.lora.top_layers) nothing flows back, and the passes skip them.
+        leaves = [tuple(t.detach().requires_grad_(t.requires_grad) for t in pair) for pair in computed]
+        self.store.kv[prefix] = leaves
+        self._graph = [
+            (c, leaf)
+            for pair, copies in zip(computed, leaves, strict=True)
+            for c, leaf in zip(pair, copies, strict=True)
+            if c.requires_grad
+        ]
+
+    def _keys_values(self, checkpointed: bool = False) -> list[tuple[Tensor, Tensor]]:
+        """The prefix's keys/values, per layer (1, h, n, d) each, from one pass; `checkpointed`: its
+        activations are not kept for backward but recomputed there (torch's checkpoint, which also
+        restores the RNG state, so LoRA dropout draws the same masks)."""
+
+        def run() -> tuple[Tensor, ...]:
+            store = PrefixStore()
+            with self.policy.autocast_context():
+                store.ensure(self.model.get_decoder(), [self.prefix])
+            return tuple(t for pair in store.kv[self.prefix] for t in pair)
+
+        flat = checkpoint(run, use_reentrant=False) if checkpointed else run()
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
     def scores(
         self, decisions: Sequence[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]
