@@ -9,7 +9,11 @@ Score mode (the default):
 - `shared+top8`, `prefix+top8`: the same, with LoRA adapters on the top 8 of 30 layers only
   (`policy.lora.top_layers`), so the backward pass stops there;
 - `prefix-cast`: `prefix` with autocast casting the frozen weights to bf16 in every pass, as before
-  the update held bf16 copies of them (`LocalPolicy.bf16_weights`).
+  the update held bf16 copies of them (`LocalPolicy.bf16_weights`);
+- `prefix-keep`: `prefix` keeping the prefix pass's activations through its group's passes instead of
+  recomputing them in backward (`sharing.RECOMPUTE_PREFIX`, issue 25);
+- `prefix-untrimmed`: `prefix` without `malloc_trim` after each backward pass (memory.py);
+- `prefix-half`: `prefix` with half as many suffix tokens per pass (`sharing.PASS_TOKENS`).
 Generate mode (`--action generate`, `--new-tokens` per turn): `whole` (each sequence whole,
 `trainer.micro_batch` per pass), `prefix` (the prefix once, the rests of prompt and response against
 it), both `+top8`, and `prefix-cast`.
@@ -20,9 +24,12 @@ shared, so compare the ratios, not the seconds. Then each variant's update once 
 FLOP counter (forward, backward and recomputation, padding included): achieved GFLOP/s beside a bf16
 matmul at a pass's row count (x 576 x 1536) and at 2048^3. Writes bench/results/update.json
 (update_tasks<N>.json for --tasks N > 1, update_generate*.json in generate mode; `--tasks 4` is the
-issue's 16-episode quickstart batch).
+issue's 16-episode quickstart batch; with `--only`, those variants alone, update_<names>.json).
 
-    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10] [--action generate]
+    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10] [--action generate] [--only prefix ...]
+
+The kernel caches' cap (memory.small_kernel_caches) is read once per process: compare it by running
+this twice, once with LRU_CACHE_CAPACITY=1024 ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 (torch's defaults).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 
 from pats.backends.local import sharing, training
 from pats.backends.local.backend import LocalBackend
+from pats.backends.local.memory import release_free_memory
 from pats.backends.local.policy import LocalPolicy
 from pats.engine.run import check_policy_inputs, make_env_factory
 from pats.protocols import GroupPlan
@@ -67,6 +75,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1, help="groups of 4 episodes to collect decisions from")
     parser.add_argument("--repeats", type=int, default=2, help="timing rounds; the median is reported")
     parser.add_argument("--turns", type=int, default=None, help="episode length (default: the spec's, 10)")
+    parser.add_argument(
+        "--only", nargs="+", default=None, help="run these variants only (the first is the base)"
+    )
     add_action_flags(parser)
     args = parser.parse_args()
 
@@ -90,12 +101,26 @@ def main() -> None:
         "prefix": (backend.policy, True),
         "prefix-cast": (backend.policy, True),
         "prefix+top8": (top_policy, True),
+        "prefix-keep": (backend.policy, True),
+        "prefix-untrimmed": (backend.policy, True),
+        "prefix-half": (backend.policy, True),
     }
+    if args.only:
+        unknown = [name for name in args.only if name not in variants]
+        if unknown:
+            parser.error(f"--only: unknown variants {unknown}; known: {', '.join(variants)}")
+        variants = {name: variants[name] for name in args.only}
     pairs = {
         f"prefix/{plain}": ("prefix", plain),
         f"prefix+top8/{plain}+top8": ("prefix+top8", f"{plain}+top8"),
         "prefix/prefix-cast": ("prefix", "prefix-cast"),
+        "prefix/prefix-keep": ("prefix", "prefix-keep"),
+        "prefix/prefix-untrimmed": ("prefix", "prefix-untrimmed"),
+        "prefix-half/prefix": ("prefix-half", "prefix"),
     }
+    pairs = {pair: (a, b) for pair, (a, b) in pairs.items() if a in variants and b in variants}
+
+    pass_tokens = sharing.PASS_TOKENS
 
     def run(name: str) -> float:
         items = [backend.train_item(s, adv, w) for s, adv, w in stored]
@@ -103,12 +128,17 @@ def main() -> None:
         policy.trainer = spec.trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
         if name == "prefix-cast":  # autocast casting the frozen weights in every pass
             policy.bf16_weights = nullcontext
+        sharing.RECOMPUTE_PREFIX = name != "prefix-keep"
+        sharing.PASS_TOKENS = pass_tokens // 2 if name == "prefix-half" else pass_tokens
+        training.release_free_memory = (lambda: None) if name == "prefix-untrimmed" else release_free_memory
         try:
             start = time.perf_counter()
             training.run_update(policy, items, one_per_pass=name == "per-decision")  # = policy.update
             return time.perf_counter() - start
         finally:
             vars(policy).pop("bf16_weights", None)
+            sharing.RECOMPUTE_PREFIX, training.release_free_memory = True, release_free_memory
+            sharing.PASS_TOKENS = pass_tokens
 
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
@@ -143,6 +173,7 @@ def main() -> None:
     }
     name = "update" if args.action == "score" else "update_generate"
     name += "" if args.tasks == 1 else f"_tasks{args.tasks}"
+    name += "" if not args.only else "_" + "_".join(args.only)
     out = write_result(name, {"episodes": 4 * args.tasks, **results}, RESULTS)
     print(f"wrote {out}")
     print(f"decisions: {len(items)}, passes without prefix sharing: {results['passes_shared']}")
