@@ -92,4 +92,4 @@ def kernel_cache_growth(mode: str) -> int:
 def test_kernel_caches_stop_growing_with_new_matmul_shapes():
     default, small = kernel_cache_growth("default"), kernel_cache_growth("small")
     assert default > 20 * 2**20, f"by default 200 shapes keep {default / 2**20:.1f} MiB in the caches"
-    assert small < default / 2, f"capped: {small / 2**20:.1f} MiB, uncapped {default / 2**20:.1f} MiB"
+    assert small < default / 4, f"capped: {small / 2**20:.1f} MiB, uncapped {default / 2**20:.1f} MiB"

@@ -31,7 +31,7 @@ import sys
 
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
 # Entries of torch's and oneDNN's caches of matmul kernels (measured: docs/results.md, issue 25).
-KERNEL_CACHES = {"LRU_CACHE_CAPACITY": "16", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "128"}
+KERNEL_CACHES = {"LRU_CACHE_CAPACITY": "16", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"}
 
 
 @functools.cache
