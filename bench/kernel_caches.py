@@ -97,8 +97,9 @@ def main() -> None:
     out = write_result("kernel_caches", result, RESULTS)
     print(f"wrote {out}")
     for name, s in summary.items():
+        later = "-" if s["later_updates_s"] is None else f"{s['later_updates_s']:.1f} s"
         print(
-            f"{name}: first update {s['first_update_s']:.1f} s, later {s['later_updates_s']}, peak {s['peak_gib']:.2f} GiB"
+            f"{name}: first update {s['first_update_s']:.1f} s, later {later}, peak {s['peak_gib']:.2f} GiB"
         )
     print("capped/default time: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
 
