@@ -22,7 +22,7 @@ records; without --campaign their cells go to twc1-pilot-<the overrides' name> (
 
     python bench/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
     python bench/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
-    python bench/pilot.py --report-only      # the table from the committed cells
+    python bench/pilot.py --report-only      # the table (summary.md) and curves.png from the cells
     python bench/pilot.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
 """
 
@@ -175,6 +175,52 @@ def chosen_lr(cells: list[dict], top_layers: int) -> float | None:
     return min(lr for lr, m in means.items() if m >= best - 0.02)
 
 
+def by_setting(trained: list[dict]) -> list[tuple[tuple[float, int | None], list[dict]]]:
+    """The trained cells per (lr, LoRA layers), highest lr first, top-N layers before all."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in trained:
+        groups.setdefault((c["lr"], c["top_layers"]), []).append(c)
+    return sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1] or 99))
+
+
+def figure(cells: list[dict]):
+    """The curves the table sums up, one line per cell (colour: setting; marker and dash: seed):
+    pool success and the expert NLL at each evaluation, informative groups at each step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    trained = [c for c in cells if "lr" in c]
+    fig, (pool, nll, groups) = plt.subplots(1, 3, figsize=(16, 4.5))
+    for i, ((lr, top), cs) in enumerate(by_setting(trained)):
+        for c in cs:
+            style = {"color": f"C{i}", "marker": "os^vD"[c["seed"] % 5], "linestyle": ("-", "--", ":")[c["seed"] % 3],
+                     "alpha": 0.85, "label": f"lr {lr:.0e}, LoRA {top or 'all'} layers, seed {c['seed']}"}  # fmt: skip
+            steps = [p["steps_done"] for p in c["curve"]]
+            pool.plot(steps, [p["pool/success"] for p in c["curve"]], **style)
+            nll.plot(steps, [p["eval/expert_nll"] for p in c["curve"]], **style)
+            groups.plot([t["step"] for t in c["train"]], [t["informative_groups"] for t in c["train"]],
+                        **style | {"marker": None})  # fmt: skip
+    p = trained[0]["protocol"] if trained else {}
+    pool.set(title=f"Pool success, no scaffold ({p.get('pool')} games x {p.get('samples')} sampled)",
+             xlabel="steps done", ylabel="success rate", ylim=(-0.02, 1.02))  # fmt: skip
+    nll.set(
+        title="Expert actions' NLL, no scaffold (pool games)", xlabel="steps done", ylabel="nats per decision"
+    )
+    groups.set(title="Informative groups (mixed outcomes) per step", xlabel="step",
+               ylabel=f"groups, of {p.get('tasks_per_step')} a step")  # fmt: skip
+    for ax in (pool, nll, groups):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    groups.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if trained:
+        pool.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def summarize(cells: list[dict]) -> str:
     trained = [c for c in cells if "lr" in c]
     untrained = {c["seed"]: c for c in cells if c["cell"].startswith("untrained")}
@@ -182,10 +228,7 @@ def summarize(cells: list[dict]) -> str:
             "| expert NLL start -> end | held-out success [95% CI over seeds and games] "
             "| held-out, trained - untrained (same games and seeds) [95% CI]; per seed |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    groups: dict[tuple, list[dict]] = {}
-    for c in trained:
-        groups.setdefault((c["lr"], c["top_layers"]), []).append(c)
-    for (lr, top), cs in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1] or 99)):
+    for (lr, top), cs in by_setting(trained):
         steps = [p["steps_done"] for p in cs[0]["curve"]]
         curve = " / ".join(
             f"{s}: {statistics.mean(c['curve'][i]['pool/success'] for c in cs):.2f}"
@@ -287,9 +330,17 @@ def main(argv=None) -> None:
                 print(f"{result['cell']}: pool {result['curve'][0]['pool/success']:.2f} -> {final_pool(result):.2f}, "
                       f"held-out {result['heldout']['successes']:.0f}/{result['heldout']['episodes']} "
                       f"({result['seconds']} s)", flush=True)  # fmt: skip
-    table = summarize(load_cells(folder))
+    cells = load_cells(folder)
+    table = summarize(cells)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.md").write_text(table + "\n")
+    if any("lr" in c for c in cells):
+        import matplotlib.pyplot as plt
+
+        fig = figure(cells)
+        fig.savefig(folder / "curves.png", dpi=110)
+        plt.close(fig)
+        print(f"curves: {folder / 'curves.png'}")
     print(table)
 
 

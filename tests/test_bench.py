@@ -223,6 +223,26 @@ def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
     assert "+0.40" in row and "+0.250 [" in row, row  # pool 0.3 -> 0.7; held-out 1/4 vs 0/4
 
 
+def test_the_pilot_figure_plots_each_cells_own_curves():
+    import pilot
+
+    a, b = _pilot_cell(1e-3, 0, 0.7), _pilot_cell(3e-4, 1, 0.5)
+    for c in (a, b):
+        c["train"] = [{"step": s, "success": 0.5, "informative_groups": float(s % 3)} for s in range(32)]
+        c["protocol"] = {"pool": 8, "samples": 4, "tasks_per_step": 4}
+    fig = pilot.figure([{"cell": "untrained-s0", "seed": 0}, a, b])
+    pool, nll, groups = fig.axes
+    for ax, key in ((pool, "pool/success"), (nll, "eval/expert_nll")):
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert set(lines) == {"lr 1e-03, LoRA 8 layers, seed 0", "lr 3e-04, LoRA 8 layers, seed 1"}
+        for c, label in ((a, "lr 1e-03, LoRA 8 layers, seed 0"), (b, "lr 3e-04, LoRA 8 layers, seed 1")):
+            assert list(lines[label].get_xdata()) == [p["steps_done"] for p in c["curve"]]
+            assert list(lines[label].get_ydata()) == [p[key] for p in c["curve"]]
+    assert [list(ln.get_ydata()) for ln in groups.get_lines()] == [[float(s % 3) for s in range(32)]] * 2
+    assert all(t == int(t) for t in pool.get_xticks()), "steps are whole numbers"
+    assert pool.get_ylabel() and nll.get_ylabel() and groups.get_ylabel()
+
+
 def test_stage0_verdict_applies_every_criterion(tmp_path):
     import stage0
 
