@@ -313,6 +313,7 @@ class LLMCaller:
             tokens=self.tokens,
             faults=sum(self.faults.values()),
             malformed=self.faults["malformed"],
+            timeouts=self.faults["timeout"],
         )
 
     async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):

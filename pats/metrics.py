@@ -70,6 +70,7 @@ def review_metrics(result: ReviewResult) -> dict[str, float]:
     out["review/llm_seconds"] = result.llm_seconds
     out["review/llm_tokens"] = float(result.llm_tokens)
     out["review/llm_malformed"] = float(result.llm_malformed)
+    out["review/llm_timeouts"] = float(result.llm_timeouts)
     if result.llm_calls:
         out["review/llm_seconds_per_call"] = result.llm_seconds / result.llm_calls
     if result.llm_calls + result.llm_malformed:  # every answer cost tokens, usable or not

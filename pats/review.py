@@ -212,6 +212,7 @@ class Reviewer:
             llm_seconds=used.seconds,
             llm_tokens=used.tokens,
             llm_malformed=used.malformed,
+            llm_timeouts=used.timeouts,
             over_budget=over_budget + used.over_budget,
             seconds=time.perf_counter() - start,
         )

@@ -316,6 +316,7 @@ class LLMUsage(Record):
     tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed (what was spent)
     faults: int = 0  # failed attempts (each retried or given up)
     malformed: int = 0  # of the faults, answers that arrived but could not be parsed or used
+    timeouts: int = 0  # of the faults, requests not answered within llm.timeout_s (a slow or loaded server)
     over_budget: int = 0  # times its work was cut off by the step's review budget
 
     def __add__(self, other: LLMUsage) -> LLMUsage:
@@ -340,6 +341,7 @@ class ReviewResult(Record):
     llm_seconds: float = 0.0  # their summed latency
     llm_tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed
     llm_malformed: int = 0  # answers that arrived but could not be used (counted in llm_faults too)
+    llm_timeouts: int = 0  # requests not answered within llm.timeout_s (counted in llm_faults too)
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget
     seconds: float = 0.0
 

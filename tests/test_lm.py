@@ -89,6 +89,7 @@ async def test_timeout_then_success():
         assert await ask(caller) == "blue"
         assert time.monotonic() - started < 2.0
     assert caller.faults == {"timeout": 1}
+    assert (caller.usage().timeouts, caller.usage().faults) == (1, 1)
 
 
 async def test_malformed_body_and_truncated_body_are_retried():

@@ -108,13 +108,15 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
     m = end.metrics
     answered, faults = int(m["review/llm_calls"]), int(m["review/llm_faults"])
     malformed, tokens = int(m["review/llm_malformed"]), int(m["review/llm_tokens"])
+    timeouts = int(m["review/llm_timeouts"])
     refused = [r.problem for r in read_events(events, RefusedEvent)]
     fallbacks = read_events(events, FallbackEvent)
     verdicts = [v for a in read_events(events, AssessmentEvent) for v in a.assessment.verdicts]
     edits = read_events(events, EditEvent)
     print(
         f"\nserved run: {seconds:.0f} s (server ready in {served.started_s:.0f} s), {served.requests()} requests; "
-        f"answers parsed {answered}, malformed {malformed}, other faults {faults - malformed}, tokens {tokens}; "
+        f"answers parsed {answered}, malformed {malformed}, timed out {timeouts}, "
+        f"other faults {faults - malformed - timeouts}, tokens {tokens}; "
         f"edits applied {len(edits)}, refused sets {len(refused)}, fallbacks {len(fallbacks)}; "
         f"verdicts {[(v.label, v.reason[:80]) for v in verdicts]}"
     )
@@ -122,9 +124,11 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
         print("  refused:", problem[:300])
 
     # Every request the server answered is counted: the preflight, then each attempt as a parsed
-    # answer or a fault.
-    assert served.requests() == 1 + answered + faults
-    assert answered + malformed > 0 and faults == malformed, "the server was up: every fault is an answer"
+    # answer or a fault. A request cut off at llm.timeout_s (on a loaded machine a 135M answer can take
+    # minutes) is a fault the server may still answer after the client gave up: counted either way.
+    assert 1 + answered + malformed <= served.requests() <= 1 + answered + faults
+    assert faults == malformed + timeouts, "the server was up: every fault is an answer or a slow one"
+    assert answered + malformed > 0, "at least one answer arrived"
     assert tokens > 0, "the tokens of every answer, usable or not, as the server reported them"
     # The judge graded the bank's entries: each verdict a grade or unscored with its reason.
     assert verdicts, "the bank's general entries are there to grade"
