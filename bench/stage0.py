@@ -225,7 +225,10 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
 
 
 def report(folder: Path = CELLS, settings=tuple(VARIANTS)) -> str:
+    """The table of `settings` and of every other setting with cells in `folder` (summary.md is rewritten
+    whole: a run of some settings must not drop the rows of the others)."""
     cells = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    settings = [n for n in VARIANTS if n in settings or any(c.startswith(f"{n}-T") for c in cells)]
     rows = ["| setting | temperature | placement | none (<= 0.10) | expert (>= 0.25) | control | family "
             "| expert - control (>= +0.10, 95% CI over games excl. 0) | expert likelihood gap (>= 0.2) | verdict |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip

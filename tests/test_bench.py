@@ -243,6 +243,20 @@ def test_the_pilot_figure_plots_each_cells_own_curves():
     assert pool.get_ylabel() and nll.get_ylabel() and groups.get_ylabel()
 
 
+def test_stage0_report_of_some_settings_keeps_the_rows_of_the_others(tmp_path):
+    import stage0
+
+    other = stage0.cell_id("twc1-t5", 1.0, None, "none")
+    (tmp_path / f"{other}.json").write_text(json.dumps({"success": 0.25, "successes": 32, "episodes": 128,
+                                                        "per_task": {"g0": [1.0, 0.0]}}))  # fmt: skip
+    rows = stage0.report(tmp_path, ("twc",)).splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| twc"] * 4 + ["| twc1-t5"] * 4
+    assert (tmp_path / "summary.md").read_text().count("| twc1-t5 |") == 4
+    assert [r.split(" | ")[0] for r in stage0.report(tmp_path / "empty", ("twc",)).splitlines()[2:]] == [
+        "| twc"
+    ] * 4
+
+
 def test_stage0_verdict_applies_every_criterion(tmp_path):
     import stage0
 
