@@ -162,17 +162,22 @@ def final_pool(cell: dict) -> float:
     return cell["curve"][-1]["pool/success"]
 
 
-def chosen_lr(cells: list[dict], top_layers: int) -> float | None:
-    """The stated rule: the lr with the highest mean final pool success over seeds (ties within 0.02
-    to the lower lr); None until every lr has its seeds."""
-    means = {}
+def chosen_lr(cells: list[dict], top_layers: int, seeds: list[int]) -> float | None:
+    """The stated rule: the lr with the highest mean final pool success over `seeds` (ties within
+    0.02 to the lower lr). Decided once no result of the missing cells (each anywhere in [0, 1]) could
+    change it, so a cell that cannot matter need not run first; None until then."""
+    lo, hi = {}, {}
     for lr in LRS:
-        mine = [c for c in cells if c.get("lr") == lr and c.get("top_layers") == top_layers]
-        if not mine:
-            return None
-        means[lr] = statistics.mean(final_pool(c) for c in mine)
-    best = max(means.values())
-    return min(lr for lr, m in means.items() if m >= best - 0.02)
+        finals = [final_pool(c) for c in cells
+                  if c.get("lr") == lr and c.get("top_layers") == top_layers and c["seed"] in seeds]  # fmt: skip
+        lo[lr] = sum(finals) / len(seeds)
+        hi[lr] = (sum(finals) + len(seeds) - len(finals)) / len(seeds)
+    for lr in sorted(LRS):  # the lowest lr chosen whatever the missing cells hold
+        qualifies = lo[lr] >= max(hi[o] for o in LRS if o != lr) - 0.02
+        no_lower = all(hi[x] < max(lo[o] for o in LRS if o != x) - 0.02 for x in LRS if x < lr)
+        if qualifies and no_lower:
+            return lr
+    return None
 
 
 def by_setting(trained: list[dict]) -> list[tuple[tuple[float, int | None], list[dict]]]:
@@ -307,9 +312,11 @@ def main(argv=None) -> None:
         if args.stage == "lr":
             plan = [(lr, args.top_layers) for lr in LRS]
         else:
-            lr = chosen_lr(load_cells(folder), args.top_layers)
+            lr = chosen_lr(load_cells(folder), args.top_layers, args.seeds)
             if lr is None:
-                raise SystemExit("stage layers needs every stage-lr cell first: run `python bench/pilot.py`")
+                raise SystemExit(
+                    "stage layers needs the stage-lr cells that decide the lr first: run `python bench/pilot.py`"
+                )
             print(f"chosen lr (final pool success, stage lr): {lr:.0e}")
             plan = [(lr, None)]
         protocol = {k: v for k, v in vars(args).items() if k not in ("report_only", "check")}

@@ -213,14 +213,33 @@ def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
     import pilot
 
     cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.70), (3e-4, 0.69), (1e-4, 0.40)) for s in (0, 1)]
-    assert pilot.chosen_lr(cells, 8) == 3e-4, "within 0.02 of the best: the lower lr"
+    assert pilot.chosen_lr(cells, 8, [0, 1]) == 3e-4, "within 0.02 of the best: the lower lr"
     cells[2:4] = [_pilot_cell(3e-4, s, 0.60) for s in (0, 1)]
-    assert pilot.chosen_lr(cells, 8) == 1e-3
-    assert pilot.chosen_lr(cells[:4], 8) is None, "an lr without cells: no choice yet"
+    assert pilot.chosen_lr(cells, 8, [0, 1]) == 1e-3
+    assert pilot.chosen_lr(cells[:4], 8, [0, 1]) is None, "1e-4 without cells could still win: no choice yet"
     untrained = {"cell": "untrained-s0", "seed": 0,
                  "heldout": {"per_task": {"g1": [0.0, 0.0], "g2": [0.0, 0.0]}, "successes": 0.0, "episodes": 4}}  # fmt: skip
     row = pilot.summarize([untrained, _pilot_cell(1e-3, 0, 0.7)]).splitlines()[2]
     assert "+0.40" in row and "+0.250 [" in row, row  # pool 0.3 -> 0.7; held-out 1/4 vs 0/4
+
+
+def test_the_pilot_choice_is_made_once_the_missing_cells_cannot_change_it():
+    import pilot
+
+    # 1e-3 at 0.875 on both seeds, 3e-4 at 0.78 on seed 0: 3e-4 at seed 1 decides it (>= 0.93 wins),
+    # while 1e-4 at 0.59 on seed 0 cannot reach 0.855 whatever its seed 1 gives.
+    cells = [_pilot_cell(1e-3, 0, 0.875), _pilot_cell(1e-3, 1, 0.875), _pilot_cell(3e-4, 0, 0.78),
+             _pilot_cell(1e-4, 0, 0.59)]  # fmt: skip
+    assert pilot.chosen_lr(cells, 8, [0, 1]) is None, "3e-4 at seed 1 can still tie"
+    assert pilot.chosen_lr(cells + [_pilot_cell(3e-4, 1, 0.84)], 8, [0, 1]) == 1e-3
+    assert pilot.chosen_lr(cells + [_pilot_cell(3e-4, 1, 0.94)], 8, [0, 1]) == 3e-4
+    # every completion of 1e-4 gives the same choice as the full rule
+    for f in (0.0, 0.5, 1.0):
+        full = cells + [_pilot_cell(3e-4, 1, 0.84), _pilot_cell(1e-4, 1, f)]
+        assert pilot.chosen_lr(full, 8, [0, 1]) == 1e-3
+    assert pilot.chosen_lr([c for c in cells if c["top_layers"] == 8], 30, [0, 1]) is None, (
+        "other layers: none"
+    )
 
 
 def test_the_pilot_figure_plots_each_cells_own_curves():
