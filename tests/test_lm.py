@@ -83,11 +83,10 @@ async def test_server_error_then_success():
 
 
 async def test_timeout_then_success():
-    with ScriptedOpenAIServer([{"delay": 3.0, "text": answer("late")}, answer("blue")]) as server:
+    with ScriptedOpenAIServer([{"delay": 30.0, "text": answer("late")}, answer("blue")]) as server:
         caller = caller_for(server, timeout_s=0.3)
-        started = time.monotonic()
+        # the first answer comes after 30 s: "blue" means the client gave up on it and retried
         assert await ask(caller) == "blue"
-        assert time.monotonic() - started < 2.0
     assert caller.faults == {"timeout": 1}
     assert (caller.usage().timeouts, caller.usage().faults) == (1, 1)
 

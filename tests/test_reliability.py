@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import signal
-import time
 
 import pytest
 
@@ -221,11 +220,12 @@ def test_trainable_keeps_groups_without_errors(tmp_path):
 
 
 def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens, monkeypatch):
-    """The server answers each request after 3 s (under the 5 s client timeout): with a 1 s review
-    budget the rules reviser answers instead and the cut is counted; the step does not wait."""
+    """The server answers each request after 60 s (under the 120 s client timeout): with a 1 s review
+    budget the rules reviser answers instead and the cut is counted; the step does not wait (had it
+    waited, the LLM reviser's answer would have come and nothing would be over budget)."""
     monkeypatch.setenv("PATS_TEST_KEY", "sk-test")
     env = FakeEnv(num_tasks=4)
-    with ScriptedOpenAIServer([{"delay": 3.0, "text": "[]"}] * 20) as server:
+    with ScriptedOpenAIServer([{"delay": 60.0, "text": "[]"}] * 20) as server:
         spec = ExperimentSpec.model_validate(
             {
                 "name": "budget",
@@ -237,7 +237,7 @@ def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens
                         "model": "openai/scripted",
                         "api_base": server.base_url,
                         "api_key_env": "PATS_TEST_KEY",
-                        "timeout_s": 5.0,
+                        "timeout_s": 120.0,
                         "max_retries": 0,
                     },
                 },
@@ -252,10 +252,7 @@ def test_a_slow_llm_reviser_is_cut_off_at_the_step_budget(tmp_path, count_tokens
             )
         )
         groups = [p.group for p in played]
-        started = time.monotonic()
         result = asyncio.run(scaffold.review(0, groups))
-        took = time.monotonic() - started
-    assert took < 2.5, f"the review took {took:.1f}s against a 1 s budget"
     assert result.over_budget >= 1 and result.fallback
     assert any("review budget" in note for note in result.refused)
     assert result.edits, "the rules reviser should have answered within the step"
