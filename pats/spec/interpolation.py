@@ -16,7 +16,9 @@ from omegaconf.errors import OmegaConfBaseException
 from pats.errors import SpecIssue
 from pats.places import data_root
 
-OmegaConf.register_new_resolver(  # process-wide: OmegaConf has no scoped resolvers
+# OmegaConf 2.4 renamed register_new_resolver, which now warns on every import; 2.3 has only the old name.
+_register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
+_register(  # process-wide: OmegaConf has no scoped resolvers
     "data", lambda relative="": str(data_root() / str(relative)), replace=True
 )
 
