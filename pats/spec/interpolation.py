@@ -7,6 +7,7 @@ cannot resolve; `interpolation_issues` finds them all, each at its own YAML path
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +17,13 @@ from omegaconf.errors import OmegaConfBaseException
 from pats.errors import SpecIssue
 from pats.places import data_root
 
-# OmegaConf 2.4 renamed register_new_resolver, which now warns on every import; 2.3 has only the old name.
-_register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
+# OmegaConf 2.4 deprecates register_new_resolver (a warning on every import) for register_resolver,
+# which in 2.3 is an older API without `replace`: the signature tells the two apart.
+_register = (
+    OmegaConf.register_resolver
+    if "replace" in inspect.signature(OmegaConf.register_resolver).parameters
+    else OmegaConf.register_new_resolver
+)
 _register(  # process-wide: OmegaConf has no scoped resolvers
     "data", lambda relative="": str(data_root() / str(relative)), replace=True
 )
