@@ -23,6 +23,8 @@ records; without --campaign their cells go to twc1-pilot-<the overrides' name> (
     python bench/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
     python bench/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
     python bench/pilot.py --report-only      # the table (summary.md) and curves.png from the cells
+    python bench/pilot.py --campaign twc1-transfer --pool 1000 --no-pool-eval --gap-tasks 8 --lrs 1e-3
+                                             # the transfer pilot: a pool that (almost) never recurs
     python bench/pilot.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
 """
 
@@ -71,7 +73,8 @@ OWNED = {
     "eval.every": "--eval-every",
     "eval.num_tasks": "--eval-tasks",
     "eval.samples_per_task": "--samples",
-    "eval.gap_tasks": "--pool",
+    "eval.gap_tasks": "--gap-tasks (default: --pool)",
+    "eval.pool": "--no-pool-eval",
     "name": "--campaign and the cell (each run's name)",
     "logging.root": "--campaign (bench/runs/pilot/<campaign>/)",
 }
@@ -107,9 +110,16 @@ def pilot_spec(args):
                            checkpoint_every=2)  # fmt: skip
     data["scaffold"].update(mode="none", initial_bank=None)
     data["eval"].update(every=args.eval_every, at_start=True, num_tasks=args.eval_tasks, greedy=False,
-                        samples_per_task=args.samples, with_scaffold=False, gap_tasks=args.pool, pool=True)  # fmt: skip
+                        samples_per_task=args.samples, with_scaffold=False, gap_tasks=gap_tasks(args),
+                        pool=args.pool_eval)  # fmt: skip
     data["logging"].update(progress=False, wandb="offline")
     return with_overrides(ExperimentSpec.model_validate(data), args.set, OWNED, "bench/pilot.py --set")
+
+
+def gap_tasks(args) -> int:
+    """The expert-NLL games: the whole pool unless --gap-tasks names fewer (a large pool's plans
+    would cost more than the training)."""
+    return args.pool if args.gap_tasks is None else args.gap_tasks
 
 
 def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Path) -> dict:
@@ -140,7 +150,15 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
             for s, m in run["steps"]
         ],  # fmt: skip
         "heldout": heldout_record(held),
+        "distinct_games": distinct_games(run_dir),
     }
+
+
+def distinct_games(run_dir: Path) -> int:
+    """How many different games the cell trained on (its `groups` events): 8 on a recurring pool."""
+    from pats.logging.events import GroupsEvent, read_events
+
+    return len({g.task for e in read_events(run_dir / "events.jsonl", GroupsEvent) for g in e.groups})
 
 
 def untrained_cell(args, seed: int, spec_file: Path) -> dict:
@@ -158,8 +176,14 @@ def load_cells(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def final_pool(cell: dict) -> float:
+def final_pool(cell: dict) -> float | None:
+    """Final pool success; None in a campaign run with --no-pool-eval."""
     return cell["curve"][-1]["pool/success"]
+
+
+def pool_change(cell: dict) -> str:
+    start, end = cell["curve"][0]["pool/success"], final_pool(cell)
+    return "n/a" if start is None or end is None else f"{start:.2f} -> {end:.2f}"
 
 
 def chosen_lr(cells: list[dict], top_layers: int, seeds: list[int]) -> float | None:
@@ -198,18 +222,23 @@ def figure(cells: list[dict]):
     from matplotlib.ticker import MaxNLocator
 
     trained = [c for c in cells if "lr" in c]
+    # a --no-pool-eval campaign has no pool success: its first panel shows the dev games' success instead
+    success_key = "eval/success" if trained and final_pool(trained[0]) is None else "pool/success"
     fig, (pool, nll, groups) = plt.subplots(1, 3, figsize=(16, 4.5))
     for i, ((lr, top), cs) in enumerate(by_setting(trained)):
         for c in cs:
             style = {"color": f"C{i}", "marker": "os^vD"[c["seed"] % 5], "linestyle": ("-", "--", ":")[c["seed"] % 3],
                      "alpha": 0.85, "label": f"lr {lr:.0e}, LoRA {top or 'all'} layers, seed {c['seed']}"}  # fmt: skip
             steps = [p["steps_done"] for p in c["curve"]]
-            pool.plot(steps, [p["pool/success"] for p in c["curve"]], **style)
+            pool.plot(steps, [p[success_key] for p in c["curve"]], **style)
             nll.plot(steps, [p["eval/expert_nll"] for p in c["curve"]], **style)
             groups.plot([t["step"] for t in c["train"]], [t["informative_groups"] for t in c["train"]],
                         **style | {"marker": None})  # fmt: skip
     p = trained[0]["protocol"] if trained else {}
-    pool.set(title=f"Pool success, no scaffold ({p.get('pool')} games x {p.get('samples')} sampled)",
+    title = f"Pool success, no scaffold ({p.get('pool')} games x {p.get('samples')} sampled)"
+    if success_key == "eval/success":
+        title = f"Dev success at evaluations, no scaffold ({p.get('eval_tasks')} games x {p.get('samples')})"
+    pool.set(title=title,
              xlabel="steps done", ylabel="success rate", ylim=(-0.02, 1.02))  # fmt: skip
     nll.set(
         title="Expert actions' NLL, no scaffold (pool games)", xlabel="steps done", ylabel="nats per decision"
@@ -235,11 +264,19 @@ def summarize(cells: list[dict]) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for (lr, top), cs in by_setting(trained):
         steps = [p["steps_done"] for p in cs[0]["curve"]]
-        curve = " / ".join(
-            f"{s}: {statistics.mean(c['curve'][i]['pool/success'] for c in cs):.2f}"
-            for i, s in enumerate(steps)
-        )
-        deltas = ", ".join(f"{final_pool(c) - c['curve'][0]['pool/success']:+.2f}" for c in cs)
+        if final_pool(cs[0]) is None:  # --no-pool-eval: training success per step instead
+            curve = "not measured (--no-pool-eval); train success, steps 0-7 / last 8: " + "; ".join(
+                f"{statistics.mean(t['success'] for t in c['train'][:8]):.2f} / "
+                f"{statistics.mean(t['success'] for t in c['train'][-8:]):.2f}"
+                for c in cs
+            )
+            deltas = "n/a"
+        else:
+            curve = " / ".join(
+                f"{s}: {statistics.mean(c['curve'][i]['pool/success'] for c in cs):.2f}"
+                for i, s in enumerate(steps)
+            )
+            deltas = ", ".join(f"{final_pool(c) - c['curve'][0]['pool/success']:+.2f}" for c in cs)
         nll = "; ".join(
             f"{fmt(c['curve'][0]['eval/expert_nll'])} -> {fmt(c['curve'][-1]['eval/expert_nll'])}" for c in cs
         )
@@ -251,10 +288,14 @@ def summarize(cells: list[dict]) -> str:
 
 
 def check_protocol(args, folder: Path) -> None:
-    want = {k: v for k, v in vars(args).items() if k not in PER_RUN}
+    # Cells written before a flag existed ran as its default does: without overrides, the whole pool's
+    # evaluation, every lr of the grid.
+    defaults = {"set": [], "pool_eval": True, "gap_tasks": None, "lrs": list(LRS)}
+    want = defaults | {k: v for k, v in vars(args).items() if k not in PER_RUN}
     for path in sorted(folder.glob("*.json")):
-        had = {k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN}
-        had.setdefault("set", [])  # cells written before --set existed ran without overrides
+        had = defaults | {
+            k: v for k, v in json.loads(path.read_text())["protocol"].items() if k not in PER_RUN
+        }
         diff = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
         if diff:
             raise SystemExit(
@@ -269,7 +310,14 @@ def main(argv=None) -> None:
     p.add_argument("--stage", choices=("lr", "layers"), default="lr",
                    help="lr: every lr at --top-layers; layers: the chosen lr with LoRA on all layers")  # fmt: skip
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    p.add_argument("--pool", type=int, default=8, help="training games (train fold); they recur")
+    p.add_argument("--pool", type=int, default=8,
+                   help="training games (train fold), drawn at random each step: 8 recur, 1000 almost never do")  # fmt: skip
+    p.add_argument("--pool-eval", action=argparse.BooleanOptionalAction, default=True,
+                   help="play every pool game at each evaluation (pool/success); off for a large pool")  # fmt: skip
+    p.add_argument("--gap-tasks", type=int, default=None,
+                   help="pool games whose expert plans give eval/expert_nll (default: the whole pool)")  # fmt: skip
+    p.add_argument("--lrs", nargs="+", type=float, default=list(LRS),
+                   help="stage lr's grid (default: 1e-3 3e-4 1e-4; the transfer pilot runs the chosen 1e-3)")  # fmt: skip
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--tasks-per-step", type=int, default=4)
     p.add_argument("--group", type=int, default=8, help="rollouts per group")
@@ -310,7 +358,7 @@ def main(argv=None) -> None:
     if not args.report_only:
         spec_file = base_spec(args)
         if args.stage == "lr":
-            plan = [(lr, args.top_layers) for lr in LRS]
+            plan = [(lr, args.top_layers) for lr in args.lrs]
         else:
             lr = chosen_lr(load_cells(folder), args.top_layers, args.seeds)
             if lr is None:
@@ -334,7 +382,7 @@ def main(argv=None) -> None:
                     continue
                 result = train_cell(args, lr, top, seed, spec_file) | {"protocol": protocol}
                 out.write_text(json.dumps(result, indent=1) + "\n")
-                print(f"{result['cell']}: pool {result['curve'][0]['pool/success']:.2f} -> {final_pool(result):.2f}, "
+                print(f"{result['cell']}: pool {pool_change(result)}, "
                       f"held-out {result['heldout']['successes']:.0f}/{result['heldout']['episodes']} "
                       f"({result['seconds']} s)", flush=True)  # fmt: skip
     cells = load_cells(folder)

@@ -473,7 +473,8 @@ def test_pilot_set_overrides_reach_the_base_spec_and_keep_the_flags():
     import pilot
 
     args = argparse.Namespace(pool=8, eval_tasks=4, steps=32, tasks_per_step=4, group=8, eval_every=8,
-                              samples=4, set=[QWEN, "trainer.kl_coef=0.01", "trainer.device=cuda"])  # fmt: skip
+                              samples=4, pool_eval=True, gap_tasks=None,
+                              set=[QWEN, "trainer.kl_coef=0.01", "trainer.device=cuda"])  # fmt: skip
     spec = pilot.pilot_spec(args)
     assert (spec.policy.model, spec.trainer.kl_coef, spec.trainer.device) == (
         "Qwen/Qwen2.5-1.5B-Instruct",
@@ -486,6 +487,30 @@ def test_pilot_set_overrides_reach_the_base_spec_and_keep_the_flags():
         pilot.pilot_spec(argparse.Namespace(**{**vars(args), "set": []})).policy.model
         == "smollm2-135m-instruct"
     )
+
+
+def test_the_transfer_pilot_draws_from_a_large_pool_without_playing_it():
+    """--pool 1000 --no-pool-eval --gap-tasks 8: the engine never plays the whole pool, the expert NLL
+    comes from 8 games, and the table and figure fall back to training and dev success."""
+    import pilot
+
+    args = argparse.Namespace(pool=1000, eval_tasks=4, steps=32, tasks_per_step=4, group=8, eval_every=8,
+                              samples=4, pool_eval=False, gap_tasks=8, set=[])  # fmt: skip
+    spec = pilot.pilot_spec(args)
+    assert (spec.environment.num_train_tasks, spec.eval.pool, spec.eval.gap_tasks) == (1000, False, 8)
+    assert pilot.gap_tasks(argparse.Namespace(pool=8, gap_tasks=None)) == 8
+    cell = _pilot_cell(1e-3, 0, None)
+    for p in cell["curve"]:
+        p.update({"pool/success": None, "eval/success": 0.25})
+    cell["train"] = [
+        {"step": s, "success": 0.25 if s < 8 else 0.5, "informative_groups": 1.0} for s in range(32)
+    ]
+    cell["protocol"] = {"pool": 1000, "samples": 4, "tasks_per_step": 4, "eval_tasks": 4}
+    assert pilot.pool_change(cell) == "n/a"
+    row = pilot.summarize([cell]).splitlines()[2]
+    assert "0.25 / 0.50" in row and "| n/a |" in row, row
+    pool = pilot.figure([cell]).axes[0]
+    assert list(pool.get_lines()[0].get_ydata()) == [0.25, 0.25] and "Dev success" in pool.get_title()
 
 
 @pytest.mark.parametrize("script", ["stage0", "pilot"])
