@@ -289,6 +289,12 @@ def activation_term(
     return Term("activations", kept / GB, f"{tokens} tokens, {how}")
 
 
+def chunked_logits_term(chunk: int, vocab: int, what: str) -> Term:
+    """Logits computed `chunk` tokens at a time in fp32 (verl's fused kernels, the local backend's
+    checkpointed chunks): the chunk's logits, their softmax and their gradient."""
+    return Term("logits", 3 * chunk * vocab * 4 / GB, f"{what}: {chunk} tokens x {vocab} x 4 B x 3")
+
+
 def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPlan:
     """The per-GPU plan of a verl spec (see the module docstring for what each term assumes)."""
     tr, pol = spec.trainer, spec.policy
@@ -313,9 +319,7 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
         "gathered weights", (embeddings + 2 * shape.layer_params * 2) / GB, "root unit + 2 layers in bf16"
     )
     if tr.fused_kernels:
-        update_logits = Term(
-            "logits", 3 * FUSED_CHUNK * v * 4 / GB, f"fused: {FUSED_CHUNK} tokens x {v} x 4 B x 3"
-        )
+        update_logits = chunked_logits_term(FUSED_CHUNK, v, "fused")
         logprob_logits = update_logits
     else:
         copies = 2 + (1 if scaled else 0)
