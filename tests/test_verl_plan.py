@@ -243,3 +243,16 @@ def test_memory_fields_become_verl_keys_that_validate_config_accepts(env, tmp_pa
         "down_proj",
     ]
     assert arr.rollout.load_format == "safetensors" and arr.rollout.layered_summon is True
+
+
+def test_run_and_export_print_the_plan_and_refuse_before_anything_starts(tmp_path, capsys):
+    too_big = "trainer.gpu_memory_utilization=0.99"
+    logging_root = f"logging.root={tmp_path / 'runs'}"
+    assert main(["run", str(ALFWORLD), too_big, logging_root]) == SpecError.exit_code
+    captured = capsys.readouterr()
+    assert "memory plan for alfworld-pats" in captured.out and "DOES NOT FIT" in captured.out
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+    out = tmp_path / "bundle"
+    assert main(["export", "verl", str(ALFWORLD), str(out), too_big, "--no-data"]) == SpecError.exit_code
+    assert "lower trainer.gpu_memory_utilization (now 0.99)" in capsys.readouterr().err
+    assert not out.exists()
