@@ -1,4 +1,4 @@
-"""`pats` command line: validate, show, run, warm-start, report, scaffold, eval, export, schema and data.
+"""`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema and data.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -130,8 +130,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SpecError(
                 f"`pats run` takes one spec file (or --resume RUN_DIR), got {len(specs)}: {specs}"
             )
-        run_dir = run_spec(load_spec(specs[0], overrides))
+        spec = load_spec(specs[0], overrides)
+        if spec.trainer.backend == "verl":
+            _verl_plan(spec)
+        run_dir = run_spec(spec)
     print(f"run finished: {run_dir}\nreport: pats report {run_dir}")
+    return 0
+
+
+def _verl_plan(spec) -> None:
+    """Print a verl spec's memory plan; refuse (SpecError) one that does not fit trainer.gpu_memory_gb."""
+    from pats.backends.verl.plan import plan_verl, require_fits
+
+    plan = plan_verl(spec)
+    print(plan.render())
+    require_fits(plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from pats.spec import load_spec
+
+    specs, overrides = _split_args(args.items)
+    if len(specs) != 1:
+        raise SpecError(f"`pats plan` takes one spec file and overrides, got {len(specs)}: {specs}")
+    _verl_plan(load_spec(specs[0], overrides))
     return 0
 
 
@@ -219,6 +241,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SpecError(
             "`pats export verl` needs trainer.backend: verl (add the override trainer.backend=verl)"
         )
+    _verl_plan(spec)
     done = export_verl(spec, Path(paths[1]), data=not args.no_data)
     out = done.out
     print(f"checked: verl's validate_config accepts the composed config\nwrote {out}/ (see {out}/README.md)")
@@ -279,6 +302,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("items", nargs="*", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "plan",
+        help="print a verl spec's per-GPU memory and disk plan; refuse one that does not fit",
+        description="Estimate, per GPU, what a verl run holds in each stage of a step (the rollout "
+        "engine's share, the old log-probs, the update, the optimizer step: FSDP-sharded parameters, "
+        "gradients and Adam states, activations, the logits of one pass) and the checkpoints on disk, "
+        "from the spec and the policy's config.json. Exit code 2 when a stage exceeds "
+        "trainer.gpu_memory_gb, with the knob to turn. `pats run` and `pats export verl` print it too. "
+        "An estimate (docs/verl.md, Memory plan), not a measurement.",
+    )
+    p.add_argument("items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec file and overrides")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser(
         "warm-start",

@@ -308,7 +308,51 @@ class VerlTrainerSpec(_TrainerCommon):
     rollout_engine: Literal["vllm", "sglang"] = "vllm"
     tensor_parallel: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)
-    micro_batch_per_gpu: int = Field(4, ge=1)
+    micro_batch_per_gpu: int = Field(
+        4,
+        ge=1,
+        description="Sequences per forward/backward pass on each GPU (verl's ppo_micro_batch_size_per_gpu and "
+        "log_prob_micro_batch_size_per_gpu); unused when token_budget_per_gpu is set.",
+    )
+    token_budget_per_gpu: int | None = Field(
+        None,
+        ge=1,
+        description="verl's dynamic batch sizing: each pass on a GPU packs sequences up to this many tokens "
+        "(ppo_max_token_len_per_gpu, and log_prob_max_token_len_per_gpu for the old and reference "
+        "log-probs). At least max_prompt_tokens + max_response_tokens (verl refuses a longer sequence). "
+        "Unset: micro_batch_per_gpu sequences per pass.",
+    )
+    fused_kernels: bool = Field(
+        False,
+        description="verl's fused linear + log-prob/entropy kernel (model.use_fused_kernels, torch backend): "
+        "the full-vocabulary logits of a pass are never materialized, 512 tokens at a time instead.",
+    )
+    gradient_checkpointing: bool = Field(
+        True,
+        description="Recompute each decoder layer's activations in the backward pass "
+        "(model.enable_gradient_checkpointing); only the layers' inputs are kept.",
+    )
+    param_offload: bool = Field(
+        False,
+        description="Keep the actor's parameter shards in CPU memory outside the update "
+        "(actor.fsdp_config.param_offload): frees GPU memory for the rollout engine.",
+    )
+    optimizer_offload: bool = Field(
+        False,
+        description="Keep the Adam states in CPU memory outside the update (actor.fsdp_config.optimizer_offload).",
+    )
+    gpu_memory_gb: float = Field(
+        80.0,
+        gt=0.0,
+        description="Memory of one GPU in GB (10^9 bytes): `pats plan` checks the run fits it and `pats run` / "
+        "`pats export verl` refuse a spec that does not (80 for an A100/H100 80GB, 141 for an H200).",
+    )
+    checkpoints_kept: int | None = Field(
+        3,
+        ge=1,
+        description="verl keeps the newest N checkpoints and deletes older ones (trainer.max_actor_ckpt_to_keep); "
+        "null keeps every one (steps / checkpoint_every of them).",
+    )
     max_prompt_tokens: int = Field(
         1024,
         ge=16,
@@ -323,6 +367,17 @@ class VerlTrainerSpec(_TrainerCommon):
         "truncated, when the next turn would not fit.",
     )
     overrides: tuple[str, ...] = Field((), description="Extra verl Hydra overrides, key=value.")
+
+    @model_validator(mode="after")
+    def _budget_holds_a_sequence(self):
+        longest = self.max_prompt_tokens + self.max_response_tokens
+        if self.token_budget_per_gpu is not None and self.token_budget_per_gpu < longest:
+            raise ValueError(
+                f"token_budget_per_gpu {self.token_budget_per_gpu} is below max_prompt_tokens + "
+                f"max_response_tokens = {longest}: verl refuses a sequence longer than its budget; write "
+                f"token_budget_per_gpu: {longest} or more, or lower the two lengths"
+            )
+        return self
 
 
 TrainerSpec = Annotated[

@@ -1,7 +1,9 @@
 """The spec as verl's Hydra config: one function builds the overrides, two helpers compose and check.
 
 `verl_overrides` is the one place that maps spec fields onto verl keys (GRPO, group size, batch and
-length settings, LoRA, KL, rollout engine, the pats agent loops, logging). `trainer.overrides` from
+length settings, memory (dynamic batch sizing, fused kernels, checkpointing, offload, checkpoints kept:
+pats.backends.verl.plan estimates what they cost), LoRA, KL, rollout engine, the pats agent loops,
+logging). `trainer.overrides` from
 the spec come last, so a user can change any verl key without a pats release. pats' own settings
 travel in the config under `pats.*` (`pats.spec`, `pats.run_dir`): the agent loops read them from
 the trainer config they are given, so the agent loop YAML holds nothing but class names.
@@ -102,6 +104,14 @@ def verl_overrides(
         "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        # Memory (pats.backends.verl.plan estimates it from these same fields).
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={tr.gradient_checkpointing}",
+        f"actor_rollout_ref.model.use_fused_kernels={tr.fused_kernels}",
+        f"actor_rollout_ref.actor.fsdp_config.param_offload={tr.param_offload}",
+        f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={tr.optimizer_offload}",
+        # The old-log-prob pass also computes the entropy (a metric): in chunks of 2048 tokens, so the
+        # full-vocabulary softmax of a whole pass never exists at once.
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True",
         f"actor_rollout_ref.rollout.name={tr.rollout_engine}",
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={tr.group_size}",
@@ -132,17 +142,32 @@ def verl_overrides(
         f"trainer.experiment_name={spec.name}",
         f"trainer.logger={_list(loggers)}",
         f"trainer.default_local_dir={run_dir}/checkpoints",
+        f"trainer.max_actor_ckpt_to_keep={'null' if tr.checkpoints_kept is None else tr.checkpoints_kept}",
         # Read by the pats agent loops and the scaffold service (see the module docstring).
         f"+pats.spec={spec_path}",
         f"+pats.run_dir={run_dir}",
     ]
+    if tr.token_budget_per_gpu is not None:
+        # Dynamic batch sizing: passes packed up to the budget (the update, the old and the reference
+        # log-probs alike) instead of micro_batch_per_gpu sequences of any length.
+        budget = tr.token_budget_per_gpu
+        out += [
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={budget}",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={budget}",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={budget}",
+        ]
     if pol.lora is not None:
         out += [
             f"actor_rollout_ref.model.lora_rank={pol.lora.rank}",
             f"actor_rollout_ref.model.lora_alpha={pol.lora.alpha}",
             f"actor_rollout_ref.model.target_modules={_list(pol.lora.target_modules)}",
-            # The rollout engine loads the base weights from disk, then receives the adapter.
+            # The rollout engine loads the base weights from disk, then receives the adapter (verl's
+            # LoRA recipes); layered_summon gathers the FSDP shards one layer at a time for that sync.
             "actor_rollout_ref.rollout.load_format=safetensors",
+            "actor_rollout_ref.rollout.layered_summon=True",
         ]
         if pol.init_adapter is not None:  # verl loads it with PeftModel.from_pretrained (its config wins)
             out.append(f"actor_rollout_ref.model.lora_adapter_path={pol.init_adapter}")

@@ -1,0 +1,258 @@
+"""The verl memory plan (pats.backends.verl.plan, `pats plan`): its terms against numbers computed by
+hand, the parameter count against transformers' own models, the refusal of a spec that does not fit,
+every shipped verl spec fitting one 80 GB and one 141 GB GPU, and the spec fields as verl keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pats.backends.verl.plan import (
+    GB,
+    KNOWN_CONFIGS,
+    ModelShape,
+    layer_activation_bytes,
+    lora_params,
+    model_shape,
+    plan_verl,
+    require_fits,
+)
+from pats.cli.main import main
+from pats.errors import SpecError
+from pats.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+ALFWORLD = REPO / "experiments" / "alfworld" / "pats.yaml"
+VERL_SPECS = sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / "experiments").rglob("*.yaml")
+    if load_spec(p).trainer.backend == "verl"
+)
+QWEN_1_5B = model_shape("Qwen/Qwen2.5-1.5B-Instruct")
+
+
+def phase(plan, name):
+    return next(p for p in plan.phases if p.name == name)
+
+
+def term(phase, name):
+    return next(t for t in phase.terms if t.name == name)
+
+
+def test_the_verl_specs_are_alfworld_webshop_and_search_qa():
+    kinds = {load_spec(REPO / p).environment.kind for p in VERL_SPECS}
+    assert kinds == {"alfworld", "webshop", "search_qa"}
+
+
+def test_parameter_counts_match_the_published_sizes():
+    # Qwen's model cards: 1.54B parameters, 1.31B without the embeddings; 3.09B. (The exact counts
+    # are checked against transformers' own models below.)
+    assert round(QWEN_1_5B.params / 1e9, 2) == 1.54
+    assert round((QWEN_1_5B.params - QWEN_1_5B.vocab * QWEN_1_5B.hidden) / 1e9, 2) == 1.31
+    assert round(model_shape("Qwen/Qwen2.5-3B-Instruct").params / 1e9, 2) == 3.09
+    assert "table of published configs" in QWEN_1_5B.source
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m-instruct", *KNOWN_CONFIGS])
+def test_parameter_count_equals_the_transformers_model(name):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+    shape = model_shape(name)
+    if name in KNOWN_CONFIGS:
+        config = Qwen2Config(
+            vocab_size=shape.vocab,
+            hidden_size=shape.hidden,
+            intermediate_size=shape.intermediate,
+            num_hidden_layers=shape.layers,
+            num_attention_heads=shape.heads,
+            num_key_value_heads=shape.kv_heads,
+            tie_word_embeddings=shape.tied,
+        )
+    else:
+        from pats.models import resolve_model_dir
+
+        config = AutoConfig.from_pretrained(resolve_model_dir(name))
+        assert shape.source.endswith("config.json")  # read from the model's own files
+    with torch.device("meta"):  # shapes only, no memory
+        model = AutoModelForCausalLM.from_config(config)
+    assert shape.params == sum(p.numel() for p in model.parameters())
+
+
+def test_lora_parameters_by_hand():
+    # rank 64 on q, k, v, o, gate, up, down of a 1.5B layer: 64 x ((1536+1536) + 2 (1536+256)
+    # + (1536+1536) + 2 (1536+8960) + (8960+1536)) = 64 x 41216 = 2,637,824; x 28 layers.
+    lora = load_spec(REPO / "experiments/webshop/pats.yaml").policy.lora
+    assert (lora.rank, lora.alpha) == (64, 32)
+    assert lora_params(QWEN_1_5B, lora) == 73_859_072
+
+
+def test_layer_activations_by_hand():
+    # bf16, flash-attn: 2 RMSNorms x (4 x 1536 fp32 input + 2 x 2 x 1536) = 24576; attention
+    # 2 x (2 x 1536 + 2 x 256) = 7168; MLP 4 x 2 x 8960 = 71680.
+    assert layer_activation_bytes(QWEN_1_5B, 2, attention_copy=False) == 103_424
+    # fp32 with torch SDPA's transposed output copied (the CPU bench): 4 x (9 h + 2 kv + 4 I) elements.
+    smol = model_shape("smollm2-135m-instruct")
+    assert layer_activation_bytes(smol, 4, attention_copy=True) == 4 * (9 * 576 + 2 * 192 + 4 * 1536)
+
+
+def test_alfworld_plan_by_hand():
+    plan = plan_verl(load_spec(ALFWORLD), QWEN_1_5B)
+    assert plan.tokens_per_pass == 28672 and plan.gpus == 8
+    update = phase(plan, "update")
+    assert term(update, "parameters").gb == pytest.approx(1_543_714_304 * 4 / 8 / 1e9)
+    assert term(update, "gradients").gb == pytest.approx(1_543_714_304 * 4 / 8 / 1e9)
+    assert term(update, "Adam states").gb == pytest.approx(1_543_714_304 * 8 / 8 / 1e9)
+    # bf16 logits and their gradient: 28672 x 151936 x 2 B x 2 = 17,425,235,968 B
+    assert term(update, "logits").gb == pytest.approx(17.425235968)
+    # checkpointing: 28 layer inputs (28 x 28672 x 1536 x 2 = 2,466,250,752 B) and one recomputed layer
+    # plus the final norm (28672 x (103424 + 12288) = 3,317,694,464 B)
+    assert term(update, "activations").gb == pytest.approx(5.783945216)
+    # the old log-probs: the logits once (8,712,617,984 B) and entropy in 2048-token fp32 chunks x 3
+    # (3 x 2048 x 151936 x 4 = 3,733,979,136 B)
+    assert term(phase(plan, "old log-probs"), "logits").gb == pytest.approx(12.44659712)
+    rollout = phase(plan, "rollout")
+    assert term(rollout, "rollout engine").gb == pytest.approx(48.0)  # 0.6 x 80
+    assert rollout.gb == pytest.approx(0.771857152 + 1.543714304 + 48 + 2)
+    assert plan.fits and plan.peak.name == "rollout"
+    # disk: fp32 weights and Adam's two states = 12 B per parameter, 3 kept
+    assert plan.checkpoint_gb == pytest.approx(1_543_714_304 * 12 / 1e9)
+    assert plan.checkpoints_on_disk == 3
+
+
+def test_fused_kernels_and_offload_change_their_terms():
+    spec = load_spec(
+        ALFWORLD,
+        ["trainer.fused_kernels=true", "trainer.param_offload=true", "trainer.optimizer_offload=true"],
+    )
+    plan = plan_verl(spec, QWEN_1_5B)
+    # 512 tokens' fp32 logits, their softmax and gradient, whatever the pass' length
+    assert term(phase(plan, "update"), "logits").gb == pytest.approx(3 * 512 * 151936 * 4 / 1e9)
+    rollout = phase(plan, "rollout")
+    assert term(rollout, "parameters").gb == 0 and term(rollout, "Adam states").gb == 0
+
+
+def test_without_a_token_budget_four_whole_episodes_do_not_fit_and_the_refusal_says_what_to_write():
+    spec = load_spec(ALFWORLD, ["trainer.token_budget_per_gpu=null", "trainer.gpus_per_node=1"])
+    plan = plan_verl(spec, QWEN_1_5B)
+    assert plan.tokens_per_pass == 4 * (2048 + 25600)
+    assert not plan.fits
+    with pytest.raises(SpecError) as err:
+        require_fits(plan)
+    message = str(err.value)
+    assert "the update needs 116.9 GB per GPU and trainer.gpu_memory_gb is 80" in message
+    assert "logits 67.2 GB" in message
+    assert "set trainer.token_budget_per_gpu: 27648" in message
+
+
+def test_a_budget_below_one_sequence_is_a_spec_error():
+    with pytest.raises(SpecError) as err:
+        load_spec(ALFWORLD, ["trainer.token_budget_per_gpu=16384"])
+    assert "write token_budget_per_gpu: 27648 or more" in str(err.value)
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+@pytest.mark.parametrize("gpu_gb", [80, 141])
+@pytest.mark.parametrize("path", VERL_SPECS)
+def test_every_shipped_verl_spec_fits_80_and_141_gb(path, gpu_gb, gpus):
+    spec = load_spec(REPO / path, [f"trainer.gpu_memory_gb={gpu_gb}", f"trainer.gpus_per_node={gpus}"])
+    plan = plan_verl(spec)
+    require_fits(plan)  # raises with the numbers when a stage does not fit
+    assert plan.peak.gb <= gpu_gb
+    assert spec.trainer.token_budget_per_gpu is not None and spec.trainer.checkpoints_kept is not None
+
+
+def test_the_plan_names_overrides_it_does_not_read():
+    spec = load_spec(
+        ALFWORLD, ["trainer.overrides=[actor_rollout_ref.model.use_fused_kernels=True,trainer.save_freq=5]"]
+    )
+    plan = plan_verl(spec, QWEN_1_5B)
+    assert plan.unread_overrides == ("actor_rollout_ref.model.use_fused_kernels=True",)
+    assert "does not read the override 'actor_rollout_ref.model.use_fused_kernels=True'" in plan.render()
+
+
+def test_cli_plan_prints_and_refuses(capsys):
+    assert main(["plan", str(ALFWORLD)]) == 0
+    out = capsys.readouterr().out
+    assert "peak 52.3 GB (rollout) of 80 GB: fits" in out
+    assert "disk: 18.5 GB per checkpoint x 3 kept = 55.6 GB" in out
+    assert main(["plan", str(ALFWORLD), "trainer.gpu_memory_utilization=0.99"]) == SpecError.exit_code
+    captured = capsys.readouterr()
+    assert "DOES NOT FIT" in captured.out
+    assert "lower trainer.gpu_memory_utilization (now 0.99)" in captured.err
+
+
+def test_cli_plan_refuses_a_local_spec(capsys):
+    assert main(["plan", str(REPO / "experiments" / "quickstart.yaml")]) == SpecError.exit_code
+    assert "write trainer.backend: verl" in capsys.readouterr().err
+
+
+def test_gb_is_decimal():
+    assert GB == 1e9  # the spec's gpu_memory_gb, as GPUs are sold (80 GB, 141 GB)
+
+
+def test_unknown_models_name_what_to_do():
+    from pats.errors import PrerequisiteError
+
+    with pytest.raises(PrerequisiteError, match="huggingface-cli download some/model config.json"):
+        model_shape("some/model")
+
+
+def test_model_shape_is_a_frozen_record():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        QWEN_1_5B.layers = 1  # type: ignore[misc]
+    assert isinstance(QWEN_1_5B, ModelShape)
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop", "search_qa"])
+def test_memory_fields_become_verl_keys_that_validate_config_accepts(env, tmp_path):
+    from pats.testing.verl import require_verl_or_skip
+
+    require_verl_or_skip()
+    from pats.backends.verl.config import check, compose
+    from pats.backends.verl.launch import write_bundle
+
+    # sglang: vllm cannot be imported on a CPU; the memory keys are the same for either engine.
+    spec = load_spec(REPO / "experiments" / env / "pats.yaml", ["trainer.rollout_engine=sglang"])
+    overrides = write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False)
+    cfg = compose(overrides)
+    check(cfg)  # verl's validate_config
+    arr, budget = cfg.actor_rollout_ref, spec.trainer.token_budget_per_gpu
+    assert arr.actor.use_dynamic_bsz is True and arr.actor.ppo_max_token_len_per_gpu == budget
+    assert arr.rollout.log_prob_use_dynamic_bsz is True and arr.ref.log_prob_use_dynamic_bsz is True
+    assert arr.rollout.log_prob_max_token_len_per_gpu == budget == arr.ref.log_prob_max_token_len_per_gpu
+    assert cfg.trainer.max_actor_ckpt_to_keep == 3
+    assert arr.model.enable_gradient_checkpointing is True and arr.model.use_fused_kernels is False
+    assert arr.actor.fsdp_config.param_offload is False and arr.actor.fsdp_config.optimizer_offload is False
+    assert arr.actor.entropy_from_logits_with_chunking is True
+    if env == "alfworld":
+        assert arr.model.lora_rank == 0 and arr.actor.optim.lr == 1e-6
+        return
+    # verl's LoRA recipe: rank 64, alpha 32, every linear layer, lr 3e-6, safetensors + layered_summon
+    assert (arr.model.lora_rank, arr.model.lora_alpha, arr.actor.optim.lr) == (64, 32, 3e-6)
+    assert list(arr.model.target_modules) == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
+    assert arr.rollout.load_format == "safetensors" and arr.rollout.layered_summon is True
+
+
+def test_run_and_export_print_the_plan_and_refuse_before_anything_starts(tmp_path, capsys):
+    too_big = "trainer.gpu_memory_utilization=0.99"
+    logging_root = f"logging.root={tmp_path / 'runs'}"
+    assert main(["run", str(ALFWORLD), too_big, logging_root]) == SpecError.exit_code
+    captured = capsys.readouterr()
+    assert "memory plan for alfworld-pats" in captured.out and "DOES NOT FIT" in captured.out
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+    out = tmp_path / "bundle"
+    assert main(["export", "verl", str(ALFWORLD), str(out), too_big, "--no-data"]) == SpecError.exit_code
+    assert "lower trainer.gpu_memory_utilization (now 0.99)" in capsys.readouterr().err
+    assert not out.exists()
