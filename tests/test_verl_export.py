@@ -208,7 +208,7 @@ def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys
     """verl's validate_config imports vllm to check a LoRA rank (the WebShop and search-QA specs): on a
     machine without vllm the export runs every other check and says which one it left to the GPU node,
     instead of blaming the spec's trainer settings."""
-    from pats.backends.verl.preflight import import_error
+    from pats.backends.verl.config import import_error
 
     if import_error("vllm") is None:
         pytest.skip("vllm imports here: verl runs its LoRA check")

@@ -18,6 +18,7 @@ FSDP with fp32 master weights and rolls out in bf16, its defaults).
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 
@@ -46,6 +47,15 @@ def require_verl():
     except ImportError as err:
         raise PrerequisiteError(f"{INSTALL_HINT} ({err})") from None
     return verl
+
+
+def import_error(module: str) -> str | None:
+    """None if `module` imports here, else why not (a missing package, or one built for another torch)."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # ImportError, OSError from a compiled extension, vLLM's own checks
+        return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    return None
 
 
 def _list(values: Sequence[str]) -> str:
@@ -202,8 +212,6 @@ def check(config) -> tuple[str, ...]:
     step, which `pats run` and launch.sh's preflight (they require vllm) and verl run on the GPU node."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
-
-    from pats.backends.verl.preflight import import_error
 
     skipped: tuple[str, ...] = ()
     model = config.actor_rollout_ref.model

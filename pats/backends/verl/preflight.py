@@ -19,13 +19,13 @@ is verl's) and lists the rest (`needs`) in the bundle's README.
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
+from pats.backends.verl.config import compose, import_error
 from pats.errors import PatsError, PrerequisiteError
 
 VERL_VERSION = "0.9.1"
@@ -76,7 +76,7 @@ def needs(config) -> Needs:
     return Needs(engine=str(config.actor_rollout_ref.rollout.name), attn_implementation=str(attn))
 
 
-# -- probes (tests replace these) -----------------------------------------------------------------
+# -- probes: tests replace these and import_error (from config) ---------------------------------------
 
 
 def installed_version(dist: str) -> str | None:
@@ -84,15 +84,6 @@ def installed_version(dist: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
-
-
-def import_error(module: str) -> str | None:
-    """None if `module` imports here, else why not (a missing package, or one built for another torch)."""
-    try:
-        importlib.import_module(module)
-    except Exception as err:  # ImportError, OSError from a compiled extension, vLLM's own checks
-        return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-    return None
 
 
 def torch_cuda() -> tuple[str, str | None, bool]:
@@ -200,8 +191,6 @@ def check_node(config) -> Needs:
 
 def main(argv: list[str] | None = None) -> int:
     """`python3 -m pats.backends.verl.preflight OVERRIDE...`: compose as main_ppo would, then check."""
-    from pats.backends.verl.config import compose
-
     overrides = sys.argv[1:] if argv is None else argv
     try:
         need = check_node(compose(overrides))
