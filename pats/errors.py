@@ -50,6 +50,12 @@ class SpecError(PatsError):
         return head + "\n" + "\n".join("  " + issue.render() for issue in self.issues)
 
 
+def install_hint(extras: str) -> str:
+    """How to install an extra of pats: from a clone, since the package named `pats` on the package index
+    is an unrelated project (installing an extra by that name would install the other one)."""
+    return f"`pip install -e '.[{extras}]'` in a clone of pats (the `pats` on PyPI is another project)"
+
+
 class PrerequisiteError(PatsError):
     """Something the run needs is not installed or not present (a package, data, Java, a GPU)."""
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue
+from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue, install_hint
 from pats.types import Assessment, EvidenceCard, LLMUsage, ScaffoldEntry
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class MalformedAnswer(ValueError):
     """An answer that arrived but cannot be used (wrong schema, unparseable). Counted and retried."""
 
 
-LLM_INSTALL = "`pip install 'pats[llm]'` (in a clone: `pip install -e '.[llm]'`)"
+LLM_INSTALL = install_hint("llm")
 
 
 def require_llm() -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from pats.errors import PrerequisiteError, SpecError
+from pats.errors import PrerequisiteError, SpecError, install_hint
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec, spec_to_yaml
 from pats.types import EMPTY_VIEW, ScaffoldEntry, ScaffoldView, Task
@@ -301,7 +301,7 @@ def _write_sft(rows: list[dict], path: Path) -> str | None:
 
         return str(write_parquet(rows, path))
     except ImportError:
-        print("note: no sft.parquet: it needs pyarrow (`pip install pats[verl]`)", file=sys.stderr)
+        print(f"note: no sft.parquet: it needs pyarrow ({install_hint('verl')})", file=sys.stderr)
         return None
 
 

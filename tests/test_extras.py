@@ -42,7 +42,7 @@ def test_llm_spec_without_llm_extra_names_the_extra(without, capsys):
     assert main(["validate", str(LLM_SPEC)]) == 2  # validate: any failed spec is exit 2
     err = capsys.readouterr().err
     assert str(LLM_SPEC) in err and "reviser.llm" in err
-    assert "pip install 'pats[llm]'" in err and "dspy and litellm" in err
+    assert "pip install -e '.[llm]'` in a clone of pats" in err and "dspy and litellm" in err
 
 
 def test_run_check_without_llm_extra_is_a_prerequisite_error(without):
@@ -50,7 +50,9 @@ def test_run_check_without_llm_extra_is_a_prerequisite_error(without):
 
     spec = load_spec(LLM_SPEC)
     without("litellm")
-    with pytest.raises(PrerequisiteError, match=r"reviser\.llm: .*needs litellm.*pats\[llm\]"):
+    with pytest.raises(
+        PrerequisiteError, match=r"reviser\.llm: .*needs litellm.*-e '\.\[llm\]'` in a clone of pats"
+    ):
         check_providers(spec)
     assert PrerequisiteError.exit_code == 3  # what `pats run` exits with
 
@@ -60,11 +62,11 @@ def test_llm_caller_and_scripted_helpers_without_llm_extra(without):
     from pats.testing import scripted_judge, scripted_reviser
 
     without("dspy")
-    with pytest.raises(PrerequisiteError, match=r"pats\[llm\]"):
+    with pytest.raises(PrerequisiteError, match=r"-e '\.\[llm\]'` in a clone of pats"):
         LLMCaller(LLMSpec(model="openai/x"), lm=object(), adapter=object())
-    with pytest.raises(PrerequisiteError, match=r"pats\[llm\]"):
+    with pytest.raises(PrerequisiteError, match=r"-e '\.\[llm\]'` in a clone of pats"):
         scripted_reviser([])
-    with pytest.raises(PrerequisiteError, match=r"pats\[llm\]"):
+    with pytest.raises(PrerequisiteError, match=r"-e '\.\[llm\]'` in a clone of pats"):
         scripted_judge([])
 
 
@@ -77,11 +79,11 @@ def test_search_environments_without_search_extra(without, tmp_path):
     without("bm25s", "pyarrow", "pyarrow.parquet")
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "1", "contents": "Paris\\nThe capital of France."}\n', encoding="utf-8")
-    with pytest.raises(PrerequisiteError, match=r"bm25s.*pats\[search\]"):
+    with pytest.raises(PrerequisiteError, match=r"bm25s.*-e '\.\[search\]'` in a clone of pats"):
         Bm25Retriever(Bm25RetrieverSpec(corpus=str(corpus)))
-    with pytest.raises(PrerequisiteError, match=r"webshop.*bm25s.*pats\[search\]"):
+    with pytest.raises(PrerequisiteError, match=r"webshop.*bm25s.*-e '\.\[search\]'` in a clone of pats"):
         ProductSearch(catalog=None)  # bm25s is imported before the catalog is read
     questions = tmp_path / "nq.parquet"
     questions.write_bytes(b"PAR1")
-    with pytest.raises(PrerequisiteError, match=r"pyarrow.*pats\[search\]"):
+    with pytest.raises(PrerequisiteError, match=r"pyarrow.*-e '\.\[search\]'` in a clone of pats"):
         load_questions(questions)

@@ -45,8 +45,8 @@ def leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if ".export-" in p.name]
 
 
-def run_launch(script: Path, tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
-    """`bash launch.sh` with a `python3` that records each call's arguments instead of running."""
+def run_launch(script: Path, tmp_path: Path, env: dict[str, str], *args: str) -> list[list[str]]:
+    """`bash launch.sh ARGS` with a `python3` that records each call's arguments instead of running."""
     bin_dir, calls = tmp_path / "stub-bin", tmp_path / "calls"
     bin_dir.mkdir(exist_ok=True)
     calls.mkdir(exist_ok=True)
@@ -55,7 +55,7 @@ def run_launch(script: Path, tmp_path: Path, env: dict[str, str]) -> list[list[s
     stub.chmod(0o755)
     clean = {k: v for k, v in os.environ.items() if k not in ("ALFWORLD_DATA", "PATS_DATA", "PATS_CACHE")}
     result = subprocess.run(
-        ["bash", str(script)],
+        ["bash", str(script), *args],
         env={**clean, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         capture_output=True,
         text=True,
@@ -105,10 +105,17 @@ def test_the_ray_runtime_env_carries_the_data_variables(tmp_path, monkeypatch):
     # The export: launch.sh defaults to the exporting machine's values; the launching shell's win.
     done = export_verl(spec, tmp_path / "bundle", data=False)
     assert dict(done.env) == {"ALFWORLD_DATA": "/data/alf world~games", "PATS_DATA": "/data/pats"}
-    calls = run_launch(done.launch, tmp_path, {"PATS_CACHE": "/scratch/cache", "PATS_DATA": "/cluster/pats"})
-    rows, train = calls
+    calls = run_launch(
+        done.launch,
+        tmp_path,
+        {"PATS_CACHE": "/scratch/cache", "PATS_DATA": "/cluster/pats"},
+        "trainer.save_freq=5",
+    )
+    rows, checked, train = calls
     assert rows == ["-m", "pats.backends.verl.data", str((tmp_path / "bundle").resolve())]  # --no-data
-    assert train[:2] == ["-m", "verl.trainer.main_ppo"]
+    assert train[:2] == ["-m", "verl.trainer.main_ppo"] and train[-1] == "trainer.save_freq=5"
+    # The preflight checks this node with exactly the overrides main_ppo gets, the extra ones included.
+    assert checked == ["-m", "pats.backends.verl.preflight", *train[2:]]
     env_vars = compose(train[2:]).ray_kwargs.ray_init.runtime_env.env_vars
     assert env_vars.ALFWORLD_DATA == "/data/alf world~games"
     assert (env_vars.PATS_DATA, env_vars.PATS_CACHE) == ("/cluster/pats", "/scratch/cache")
@@ -140,8 +147,10 @@ def test_no_data_exports_where_the_games_are_missing(tmp_path, monkeypatch, caps
     assert "--no-data" in capsys.readouterr().err
     assert not out.exists() and leftovers(tmp_path) == []
 
-    assert main(["export", "verl", spec, str(out), missing, "--no-data"]) == 0
+    # Overrides may come after --no-data too.
+    assert main(["export", "verl", spec, str(out), "--no-data", missing, "trainer.steps=7"]) == 0
     said = capsys.readouterr().out
+    assert load_spec(out / "spec.yaml").trainer.steps == 7
     assert f"python3 -m pats.backends.verl.data {out}" in said
     assert "environment.data_dir is read from" in said and "not found on this machine" in said
     assert not (out / "train.parquet").exists()
@@ -187,3 +196,44 @@ def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp
     monkeypatch.undo()
     done = export_verl(spec, empty)  # an empty folder is taken
     assert done.launch == empty / "launch.sh" and (empty / "train.parquet").is_file()
+
+
+def test_launch_sh_can_skip_the_preflight(tmp_path):
+    done = export_verl(load_spec(twx_spec_file(tmp_path)), tmp_path / "out")
+    (train,) = run_launch(done.launch, tmp_path, {"PATS_SKIP_PREFLIGHT": "1"})
+    assert train[:2] == ["-m", "verl.trainer.main_ppo"]
+
+
+def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys):
+    """verl's validate_config imports vllm to check a LoRA rank (the WebShop and search-QA specs): on a
+    machine without vllm the export runs every other check and says which one it left to the GPU node,
+    instead of blaming the spec's trainer settings."""
+    from pats.backends.verl.config import import_error
+
+    if import_error("vllm") is None:
+        pytest.skip("vllm imports here: verl runs its LoRA check")
+    spec_file = twx_spec_file(tmp_path, "policy: {max_new_tokens: 24, lora: {rank: 16, alpha: 32}}")
+    out = tmp_path / "out"
+    assert main(["export", "verl", str(spec_file), str(out), "trainer.rollout_engine=vllm"]) == 0
+    said = capsys.readouterr().out
+    assert "not checked here: verl's check of lora_rank 16" in said and "No module named 'vllm'" in said
+    assert (
+        "Not checked where the bundle was written: verl's check of lora_rank 16"
+        in (out / "README.md").read_text()
+    )
+    # The rest of validate_config still runs: a config it refuses is still refused.
+    with pytest.raises(SpecError, match="divisible"):
+        export_verl(
+            load_spec(spec_file, ["trainer.rollout_engine=vllm", "trainer.gpus_per_node=3"]), tmp_path / "x"
+        )
+
+
+def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
+    spec = load_spec(twx_spec_file(tmp_path), ["trainer.rollout_engine=vllm"])
+    done = export_verl(spec, tmp_path / "out")
+    readme, launch = (done.out / "README.md").read_text(), done.launch.read_text()
+    for text in (readme, launch):
+        assert "pip install -e '/path/to/pats[verl]'" in text and "another project" in text
+    assert 'pip install "verl[vllm]==0.9.1"' in readme
+    assert "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in readme
+    assert done.needs.flash_attn and done.needs.engine == "vllm"

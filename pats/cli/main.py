@@ -258,6 +258,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"  {key} is read from {path} on every node{'' if here else ' (not found on this machine)'}")
     for name, value in done.env:
         print(f"  Ray workers get {name}={value} unless the launching shell sets it")
+    for need in done.needs.lines():
+        print(f"  every node needs {need}")
+    for what in done.unchecked:
+        print(f"  not checked here: {what}")
     print(f"run it on a GPU node or a Ray head node: bash {done.launch}")
     return 0
 
@@ -412,7 +416,14 @@ _plain_format = warnings.formatwarning
 
 def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # argparse ends a command's SPEC|KEY=VALUE items at the first option and would refuse the items after
+    # it (`pats export verl SPEC OUT --no-data key=val`): they are more of the same items.
+    if rest and hasattr(args, "items") and not any(item.startswith("-") for item in rest):
+        args.items += rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.func(args)
     except PatsError as err:

@@ -19,10 +19,12 @@ FSDP with fp32 master weights and rolls out in bf16, its defaults).
 
 from __future__ import annotations
 
+import copy
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 
-from pats.errors import PrerequisiteError, SpecError, SpecIssue
+from pats.errors import PrerequisiteError, SpecError, SpecIssue, install_hint
 from pats.spec.models import ExperimentSpec
 
 TRAIN_LOOP = "pats_agent"  # agent_name of training rows
@@ -30,8 +32,8 @@ VALIDATION_LOOP = "pats_validation"  # agent_name of validation rows: never adds
 # agent_name of the second validation pass (eval.with_scaffold): the current scaffold, for the reliance gap
 SCAFFOLD_VALIDATION_LOOP = "pats_validation_scaffold"
 INSTALL_HINT = (
-    "the verl backend needs verl 0.9.1 and its agent-loop extras: `pip install pats[verl]` "
-    "(GPU nodes also need a rollout engine: `pip install verl[vllm]==0.9.1` or `verl[sglang]`)"
+    f"the verl backend needs verl 0.9.1 and its agent-loop extras: {install_hint('verl')} "
+    '(GPU nodes also need a rollout engine: `pip install "verl[vllm]==0.9.1"` or `verl[sglang]`)'
 )
 # Variables pats' environments read inside Ray workers: ALFWorld's games (data_dir: null), the shared
 # data folder (banks, QA sets, corpora) and the cache where ALFWorld tarballs and converted models go.
@@ -47,6 +49,15 @@ def require_verl():
     except ImportError as err:
         raise PrerequisiteError(f"{INSTALL_HINT} ({err})") from None
     return verl
+
+
+def import_error(module: str) -> str | None:
+    """None if `module` imports here, else why not (a missing package, or one built for another torch)."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # ImportError, OSError from a compiled extension, vLLM's own checks
+        return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    return None
 
 
 def _list(values: Sequence[str]) -> str:
@@ -200,10 +211,12 @@ def compose(overrides: Sequence[str]):
         return hydra_compose("ppo_trainer", overrides=list(overrides))
 
 
-def check_overrides(overrides: Sequence[str]) -> None:
-    """Compose `overrides` and run `check`; what verl refuses becomes a SpecError that says so."""
+def check_overrides(overrides: Sequence[str]):
+    """Compose `overrides` and run `check`; what verl refuses becomes a SpecError that says so.
+    Returns the composed config and the checks that could not run here (see `check`)."""
     try:
-        check(compose(overrides))
+        config = compose(overrides)
+        return config, check(config)
     except Exception as err:  # Hydra's, OmegaConf's and verl's own errors (asserts included)
         message = " ".join(str(err).split()) or type(err).__name__
         raise SpecError(
@@ -216,11 +229,30 @@ def check_overrides(overrides: Sequence[str]) -> None:
         ) from None
 
 
-def check(config) -> None:
-    """verl's own `validate_config`, with the reference/critic flags `main_ppo` derives."""
+def check(config) -> tuple[str, ...]:
+    """verl's own `validate_config`, with the reference/critic flags `main_ppo` derives. Returns the
+    checks it could not run here. One needs vllm: the last step of verl 0.9.1's validate_config checks a
+    LoRA rank against vLLM's allowed ranks by importing verl's vLLM rollout package, which raises where
+    vllm does not import (a CPU machine exporting a LoRA spec); there the rest is checked without that
+    step, which `pats run` and launch.sh's preflight (they require vllm) and verl run on the GPU node."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    skipped: tuple[str, ...] = ()
+    model = config.actor_rollout_ref.model
+    lora = max(model.get("lora_rank", 0) or 0, (model.get("lora") or {}).get("rank", 0) or 0)
+    why = import_error("vllm") if lora > 0 and config.actor_rollout_ref.rollout.name == "vllm" else None
+    if why is not None:
+        skipped = (
+            f"verl's check of lora_rank {lora} against vLLM's LoRA ranks imports vllm, which does not "
+            f"import here ({why}); the GPU node runs it (launch.sh's preflight requires vllm)",
+        )
+        config = copy.deepcopy(config)
+        model = config.actor_rollout_ref.model
+        model.lora_rank = 0
+        if model.get("lora") is not None and "rank" in model.lora:
+            model.lora.rank = 0
     validate_config(
         config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
     )
+    return skipped

@@ -7,7 +7,9 @@ variables that locate it (`WORKER_ENV`) reach the Ray workers through the runtim
 `validate_config` checks the composed config before anything is written; the files go to a hidden
 sibling folder renamed to OUT at the end, so a failed export leaves no OUT. `--no-data` leaves the
 task rows out (they list the environment's tasks, which needs its data); launch.sh writes them on
-the cluster (`python3 -m pats.backends.verl.data OUT/`).
+the cluster (`python3 -m pats.backends.verl.data OUT/`). The exporting machine is usually not a GPU
+node: of the preflight (pats.backends.verl.preflight) it refuses only a verl other than the one the
+config is checked for, and the README lists what the nodes need; launch.sh checks them there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pats.backends.verl.config import WORKER_ENV, check_overrides, require_verl
-from pats.backends.verl.launch import bundle_overrides, export_defaults, model_path, write_files
+from pats.backends.verl.launch import bundle_overrides, export_defaults, model_path, node_install, write_files
+from pats.backends.verl.preflight import Needs, needs, verl_version_problem
 from pats.errors import PatsError, PrerequisiteError, SpecError, SpecIssue
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec
@@ -39,12 +42,17 @@ class Exported:
     absolute: tuple[tuple[str, str, bool], ...]  # (spec key, path, exists here): read on every node
     env: tuple[tuple[str, str], ...]  # launch.sh's defaults for WORKER_ENV variables
     task_rows: bool  # False: exported with --no-data
+    needs: Needs  # what the launching node needs for the composed config (launch.sh checks it)
+    unchecked: tuple[str, ...]  # verl checks that could not run here, and why (config.check)
 
 
 def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Exported:
     """`pats export verl SPEC OUT/`: a self-contained bundle, written whole or not at all."""
     _refuse_existing(out)
     require_verl()
+    problem = verl_version_problem(spec.trainer.rollout_engine)
+    if problem is not None:
+        raise PrerequisiteError(f"{problem} (the export checks the config with this machine's verl)")
     copies, absolute = _spec_files(spec)
     missing = [
         SpecIssue(key, f"{source} does not exist; the export copies it into the bundle")
@@ -56,11 +64,13 @@ def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Exported:
     _read_copies(spec, copies)  # a malformed bank or rubric fails here, not on the cluster
     model = model_path(spec)
     here = os.path.abspath(out)
-    check_overrides(bundle_overrides(spec, here, f"{here}/run", model))  # before anything is written
+    overrides = bundle_overrides(spec, here, f"{here}/run", model)
+    config, unchecked = check_overrides(overrides)  # before anything is written
     if Path(model).is_absolute():
         absolute += (("policy.model", model, Path(model).exists()),)
     bundled = _with_copies(spec, copies)
-    result = Exported(out, out / "launch.sh", copies, absolute, tuple(export_defaults().items()), data)
+    env = tuple(export_defaults().items())
+    result = Exported(out, out / "launch.sh", copies, absolute, env, data, needs(config), unchecked)
     with _staged(out) as stage:
         for _, source, target in copies:
             (stage / target).parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +185,15 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
             "node with the environment's data.",
         ]
     lines += ["", "## What the cluster must provide", ""]
-    lines.append(f"- `pip install pats[verl]` and `verl[{tr.rollout_engine}]==0.9.1` on every node.")
+    lines.append(
+        f"- On every node, pats from a clone (the `pats` on PyPI is another project): `{node_install(spec)}`."
+    )
+    lines += [f"- On every node, {need}." for need in done.needs.lines()]
+    lines.append(
+        "- launch.sh checks the GPU-side needs on the node that runs it before verl starts "
+        "(`PATS_SKIP_PREFLIGHT=1` skips that, e.g. on a head node without GPUs)."
+    )
+    lines += [f"- Not checked where the bundle was written: {what}." for what in done.unchecked]
     for key, path, here in done.absolute:
         lines.append(
             f"- `{key}`: {path} on every node{'' if here else ' (not found where the bundle was written)'}"

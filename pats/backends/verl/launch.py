@@ -5,7 +5,8 @@ A bundle folder holds what a verl run needs besides verl itself:
   train.parquet      training tasks (agent_name pats_agent)
   val.parquet        held-out tasks (agent_name pats_validation: never a scaffold)
   agent_loops.yaml   the loop registry verl reads through rollout.agent.agent_loop_config_path
-  launch.sh          `python3 -m verl.trainer.main_ppo` with every override, paths relative to itself
+  launch.sh          the preflight (pats.backends.verl.preflight), then `python3 -m verl.trainer.main_ppo`,
+                     with every override, paths relative to itself
 
 `pats run` writes the bundle to <run dir>/verl/ and calls verl's `run_ppo` in-process with the same
 overrides; a cluster user runs `bash OUT/launch.sh` on the Ray head node instead.
@@ -33,6 +34,7 @@ from pats.backends.verl.config import (
     verl_overrides,
     worker_env,
 )
+from pats.backends.verl.preflight import check_node
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec, spec_to_yaml
@@ -48,6 +50,18 @@ AGENT_LOOPS = f"""\
 """
 
 EXPORT_DEFAULTS = ("ALFWORLD_DATA", "PATS_DATA")  # their values at export are launch.sh's defaults
+# The extras of pats each environment's agent loops import on every node (pyproject.toml).
+ENV_EXTRAS = {"alfworld": ("alfworld",), "webshop": ("search",), "search_qa": ("search",)}
+
+
+def node_install(spec: ExperimentSpec) -> str:
+    """The install of pats every node of a verl run of `spec` needs: from a clone (the `pats` on PyPI is
+    another project), editable so that the rubrics and the reviser prompt in its judges/ folder, which a
+    wheel leaves out, are found."""
+    extras = ("verl", *ENV_EXTRAS.get(spec.environment.kind, ()))
+    if "llm" in (spec.judge.kind, spec.reviser.kind):
+        extras += ("llm",)
+    return f"pip install -e '/path/to/pats[{','.join(extras)}]'"
 
 
 def model_path(spec: ExperimentSpec) -> str:
@@ -115,12 +129,16 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
         f"# Run: bash launch.sh            (pats spec '{spec.name}' as a verl GRPO run)",
         f"# {tr.nnodes} node(s) x {tr.gpus_per_node} GPU(s), rollouts with {tr.rollout_engine}, "
         f"{tr.steps} steps of {tr.tasks_per_step} tasks x {tr.group_size} rollouts.",
-        "# Written by `pats export verl`. Needs on every node: `pip install pats[verl]` and a rollout",
-        f"# engine (`pip install verl[{tr.rollout_engine}]==0.9.1`). Several nodes: `ray start --head` here,",
+        "# Written by `pats export verl`. Needs on every node: pats from a clone (the `pats` on PyPI is",
+        f"# another project): `{node_install(spec)}`, and the rollout engine:",
+        f'# `pip install "verl[{tr.rollout_engine}]==0.9.1"`. Several nodes: `ray start --head` here,',
         "# `ray start --address=<head>:6379` on the others, this folder at the same path on every node",
         "# (a shared filesystem), then run this script on the head node. The run directory (scaffold",
         "# versions, events.jsonl, checkpoints) is $PATS_RUN_DIR, default ./run beside this script.",
         "# More Hydra overrides go after the script name: bash launch.sh trainer.save_freq=5",
+        "# First it checks this node (verl's version, a CUDA torch the driver runs, the rollout engine,",
+        "# flash-attn unless the attention is sdpa): PATS_SKIP_PREFLIGHT=1 skips that, e.g. on a head node",
+        "# without GPUs.",
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         'RUN_DIR="${PATS_RUN_DIR:-$HERE/run}"',
@@ -139,35 +157,36 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
         '  echo "launch.sh: writing train.parquet and val.parquet from spec.yaml" >&2',
         '  python3 -m pats.backends.verl.data "$HERE"',
         "fi",
-        'mkdir -p "$RUN_DIR"',
-        "python3 -m verl.trainer.main_ppo \\",
+        "OVERRIDES=(",
     ]
     for item in overrides:
         quoted = f'"{item}"' if "$" in item else shlex.quote(item)  # $HERE/$RUN_DIR expand
-        lines.append(f"    {quoted} \\")
-    lines.append('    ${WORKER_ENV[@]+"${WORKER_ENV[@]}"} \\')  # (an empty array trips set -u in old bash)
-    lines.append('    "$@"')
+        lines.append(f"    {quoted}")
+    lines += [
+        ")",
+        'if [ -n "${WORKER_ENV[*]:-}" ]; then OVERRIDES+=("${WORKER_ENV[@]}"); fi',  # set -u in old bash
+        'if [ "${PATS_SKIP_PREFLIGHT:-0}" != 1 ]; then',
+        '  python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@"',
+        "fi",
+        'mkdir -p "$RUN_DIR"',
+        'python3 -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"',
+    ]
     return "\n".join(lines) + "\n"
-
-
-def require_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise PrerequisiteError(
-            "trainer.backend: verl trains on NVIDIA GPUs (FSDP workers and a vLLM/SGLang rollout server) "
-            "and this machine has none visible to torch; use trainer.backend: local on CPU, or export "
-            "the run for a GPU node with `pats export verl SPEC OUT/`"
-        )
 
 
 def run_verl(spec: ExperimentSpec, run_dir: Path) -> Path:
     """Train `spec` with verl in this process (Ray starts locally unless RAY_ADDRESS names a cluster).
     Resuming is verl's: trainer.resume_mode=auto finds <run_dir>/checkpoints."""
     require_verl()
-    require_gpu()
     overrides = write_bundle(spec, run_dir / "verl", run_dir=str(run_dir))
     config = compose(overrides)
+    try:
+        check_node(config)  # a refused run leaves nothing: run_spec removes what it wrote
+    except PrerequisiteError as err:
+        raise PrerequisiteError(
+            f"{err}\nOn a machine without a GPU use trainer.backend: local, or export the run for a GPU "
+            "node with `pats export verl SPEC OUT/`"
+        ) from None
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, install_hint
 
 QUESTION_FIELDS = ("question", "extra_info.question", "query")
 # extra_info.answer before reward_model.ground_truth: verl files write NQ's answers there as a list and
@@ -116,7 +116,7 @@ def _read_rows(path: Path) -> list[Any]:
         except ImportError:
             raise PrerequisiteError(
                 f"reading {path} needs pyarrow, which the base install leaves out: "
-                "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`), or give a .jsonl or .json file"
+                f"{install_hint('search')}, or give a .jsonl or .json file"
             ) from None
         return pq.read_table(path).to_pylist()
     if suffix == ".jsonl":

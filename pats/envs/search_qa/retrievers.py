@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pats.envs.search_qa.protocol import Passage
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, install_hint
 from pats.spec.environments import Bm25RetrieverSpec, HttpRetrieverSpec
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -147,8 +147,7 @@ def _bm25_index(corpus: str) -> Bm25Index:
         import bm25s  # noqa: F401
     except ImportError:
         raise PrerequisiteError(
-            "the bm25 retriever needs bm25s, which the base install leaves out: "
-            "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`)"
+            f"the bm25 retriever needs bm25s, which the base install leaves out: {install_hint('search')}"
         ) from None
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from pats.envs.webshop.catalog import Catalog
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, install_hint
 
 SEARCH_RETURN_N = 50
 
@@ -25,7 +25,7 @@ class ProductSearch:
         except ImportError:
             raise PrerequisiteError(
                 "the webshop environment searches with bm25s, which the base install leaves out: "
-                "`pip install 'pats[search]'` (in a clone: `pip install -e '.[search]'`)"
+                f"{install_hint('search')}"
             ) from None
         self._asins = [p.asin for p in catalog.products]
         self._tokenizer = bm25s.tokenization.Tokenizer(stopwords="en", stemmer=None)

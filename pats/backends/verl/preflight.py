@@ -1,0 +1,205 @@
+"""What a composed verl config needs on the node that launches it, checked before verl starts.
+
+Missing, each of these stops verl late and far from its cause (inside a Ray worker, after the model
+is fetched), so `pats run` checks them first and launch.sh runs `python3 -m pats.backends.verl.preflight`
+with its overrides before `main_ppo`:
+  - verl itself at the version pats composes its config for (`VERL_VERSION`);
+  - a CUDA build of torch that this node's NVIDIA driver runs;
+  - the rollout engine the config names (`actor_rollout_ref.rollout.name`), importable;
+  - flash-attn, when the actor loads with a FlashAttention implementation: verl 0.9.1's default
+    (`HFModelConfig` reads `ATTN_KEY`, default flash_attention_2). `SDPA_OVERRIDE` picks PyTorch's own
+    attention, which needs nothing more. Remove-padding (`use_remove_padding`, on by default) does not
+    need flash-attn: verl falls back to pure-torch padding helpers (verl.utils.attention_utils), and
+    under SDPA transformers keeps the packed sequences apart from their position ids
+    (tests/test_verl_preflight.py checks that on a tiny model).
+Every refusal is one PrerequisiteError listing each missing piece with its fix. `pats export verl`,
+usually run on a machine that is not a GPU node, refuses only a wrong verl version (its config check
+is verl's) and lists the rest (`needs`) in the bundle's README.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+from pats.backends.verl.config import compose, import_error
+from pats.errors import PatsError, PrerequisiteError
+
+VERL_VERSION = "0.9.1"
+ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+VERL_DEFAULT_ATTN = "flash_attention_2"  # verl.workers.config.model.HFModelConfig, when ATTN_KEY is unset
+SDPA_OVERRIDE = f"++{ATTN_KEY}=sdpa"  # ++: sets it whether or not a key is there
+# PyPI has flash-attn only as a source distribution: it compiles against the node's torch with the CUDA
+# toolkit (nvcc), so it must see that torch (--no-build-isolation). Not built or run by pats' tests.
+FLASH_ATTN_INSTALL = "pip install flash-attn==2.8.3.post2 --no-build-isolation"
+# The oldest Linux driver each CUDA major version of torch runs on (NVIDIA's minor-version compatibility).
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+
+
+def engine_install(engine: str) -> str:
+    return f'pip install "verl[{engine}]=={VERL_VERSION}"'
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a composed verl config needs on the node that runs it."""
+
+    engine: str  # actor_rollout_ref.rollout.name
+    attn_implementation: str  # what the actor and reference models load with
+
+    @property
+    def flash_attn(self) -> bool:
+        return self.attn_implementation.startswith("flash_attention")
+
+    def lines(self) -> list[str]:
+        """One line per need, with its install command, for the bundle's README."""
+        out = [
+            f"verl {VERL_VERSION} with {self.engine}, the rollout engine, and the CUDA build of torch it pins "
+            f"(`{engine_install(self.engine)}`), which the node's NVIDIA driver must run"
+        ]
+        if self.flash_attn:
+            out.append(
+                f"flash-attn: the actor loads with attn_implementation={self.attn_implementation} "
+                f"(`{FLASH_ATTN_INSTALL}`, a CUDA build), or add `{SDPA_OVERRIDE}` to trainer.overrides "
+                "(PyTorch's SDPA attention, nothing to install)"
+            )
+        return out
+
+
+def needs(config) -> Needs:
+    from omegaconf import OmegaConf
+
+    attn = OmegaConf.select(config, ATTN_KEY, default=None) or VERL_DEFAULT_ATTN
+    return Needs(engine=str(config.actor_rollout_ref.rollout.name), attn_implementation=str(attn))
+
+
+# -- probes: tests replace these and import_error (from config) ---------------------------------------
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def torch_cuda() -> tuple[str, str | None, bool]:
+    """(torch's version, the CUDA version it was built for or None, whether it can use a GPU here)."""
+    import torch
+
+    return torch.__version__, torch.version.cuda, torch.cuda.is_available()
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version from nvidia-smi, or None where there is none."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0] if out else None
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def verl_version_problem(engine: str = "vllm") -> str | None:
+    found = installed_version("verl")
+    if found == VERL_VERSION:
+        return None
+    have = f"verl {found} is installed" if found else "verl is not installed"
+    return f"{have}; pats composes its config for verl {VERL_VERSION}: `{engine_install(engine)}`"
+
+
+def torch_problem(engine: str = "vllm") -> str | None:
+    torch_version, cuda, available = torch_cuda()
+    if available:
+        return None
+    if cuda is None:
+        return (
+            f"torch {torch_version} is a CPU build and verl trains on NVIDIA GPUs: install the CUDA build "
+            f"that verl's rollout engine pins (`pip uninstall -y torch && {engine_install(engine)}`: torch "
+            "2.11.0 for CUDA 13 from PyPI, on Linux)"
+        )
+    major = int(cuda.split(".")[0])
+    need = MIN_DRIVER.get(major)
+    driver = driver_version()
+    if driver is None:
+        found = "no NVIDIA driver answers here (nvidia-smi is missing or fails)"
+    else:
+        found = f"the driver is {driver} (nvidia-smi)"
+    if need is not None and (driver is None or int(driver.split(".")[0]) < need):
+        return (
+            f"torch {torch_version} is built for CUDA {cuda}, which needs an NVIDIA driver >= {need}, and "
+            f"{found}: update the driver, or install a torch built for an older CUDA that it runs"
+        )
+    return (
+        f"torch {torch_version} (CUDA {cuda}) sees no GPU and {found}: check CUDA_VISIBLE_DEVICES and "
+        "that this node has a GPU; verl trains on NVIDIA GPUs"
+    )
+
+
+def engine_problem(engine: str) -> str | None:
+    why = import_error(engine)
+    if why is None:
+        return None
+    return (
+        f"the rollout engine {engine} (trainer.rollout_engine) does not import here ({why}): "
+        f"`{engine_install(engine)}`"
+    )
+
+
+def flash_attn_problem(need: Needs) -> str | None:
+    if not need.flash_attn:
+        return None
+    why = import_error("flash_attn")
+    if why is None:
+        return None
+    return (
+        f"the actor loads with attn_implementation={need.attn_implementation} ({ATTN_KEY}, verl's default) "
+        f"and flash_attn does not import here ({why}): install it (`{FLASH_ATTN_INSTALL}`: it compiles "
+        f"against this node's torch and CUDA toolkit), or use PyTorch's SDPA attention, which needs "
+        f"nothing more: add `{SDPA_OVERRIDE}` to the spec's trainer.overrides (or after `bash launch.sh`)"
+    )
+
+
+def check_node(config) -> Needs:
+    """Refuse, with every missing piece and its fix, a node that cannot run `config`."""
+    need = needs(config)
+    problems = [
+        verl_version_problem(need.engine),
+        torch_problem(need.engine),
+        engine_problem(need.engine),
+        flash_attn_problem(need),
+    ]
+    found = [p for p in problems if p is not None]
+    if found:
+        raise PrerequisiteError(
+            "this node cannot run the verl config:\n" + "\n".join(f"  - {p}" for p in found)
+        )
+    return need
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m pats.backends.verl.preflight OVERRIDE...`: compose as main_ppo would, then check."""
+    overrides = sys.argv[1:] if argv is None else argv
+    try:
+        need = check_node(compose(overrides))
+    except PatsError as err:
+        print(f"preflight: {err}", file=sys.stderr)
+        return err.exit_code
+    print(f"preflight: ok (verl {VERL_VERSION}, {need.engine}, attention {need.attn_implementation})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
