@@ -24,8 +24,8 @@ the field (`transformers serve` 5.10 ignores it instead, with a warning; its pro
 prose, which turns structured output off just the same): every request carrying a `response_format`, the probe
 (`pats.lm.PROBE_PROMPT`) included, gets a 400 before the script, consuming nothing; so an LLM on
 `structured: auto` talks to it in DSPy's free-form fields, as the scripts are written. With
-`structured=True` it is a server that enforces a schema: the probe (kept in `probes`, consuming
-nothing) gets `{"answer": "ok"}`, and requests carrying a `response_format` are answered from the
+`structured=True` it is a server that takes the field: the probe (kept in `probes`, consuming
+nothing) gets the `probe` item (default `{"answer": "ok"}`: a server that enforced the schema), and requests carrying a `response_format` are answered from the
 script (write those items as the JSON object the schema asks for).
 
 `pats run`'s preflight request (`pats.llm_check.PREFLIGHT_PROMPT`) is answered with the `preflight`
@@ -80,9 +80,11 @@ class ScriptedOpenAIServer:
         api_key: str | None = None,
         models: Iterable[str] | None = None,
         structured: bool = False,
+        probe: ScriptItem = '{"answer": "ok"}',
     ):
         self.script: list[ScriptItem] = list(script)
         self.structured = structured  # False: refuses response_format with a 400
+        self.probe = probe  # a structured server's answer to the probe
         self.model = model
         self.preflight = preflight  # the answer to every preflight request
         self.api_key = api_key  # None: any key (or none) is accepted
@@ -164,7 +166,7 @@ class ScriptedOpenAIServer:
                 self.probes.append(body)
             if not self.structured:
                 return _NO_SCHEMA
-            item = json.dumps({"answer": "ok"})
+            item = self.probe
         elif refusal is None and not self.structured and body.get("response_format") is not None:
             with self._lock:
                 self.requests.append(body)
