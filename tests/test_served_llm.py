@@ -115,7 +115,7 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
     edits = read_events(events, EditEvent)
     print(
         f"\nserved run: {seconds:.0f} s (server ready in {served.started_s:.0f} s), {served.requests()} requests; "
-        f"answers parsed {answered}, malformed {malformed}, timed out {timeouts}, "
+        f"calls {answered} (parsed {answered - faults}), malformed {malformed}, timed out {timeouts}, "
         f"other faults {faults - malformed - timeouts}, tokens {tokens}; "
         f"edits applied {len(edits)}, refused sets {len(refused)}, fallbacks {len(fallbacks)}; "
         f"verdicts {[(v.label, v.reason[:80]) for v in verdicts]}"
