@@ -16,8 +16,16 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
   environment variable to fix. `llm.preflight: false` skips it for that LLM.
 
-The preflight request's only message is `PREFLIGHT_PROMPT`; `pats.testing.ScriptedOpenAIServer`
-answers it without consuming its script.
+  With `llm.structured: auto` a second request then probes structured output (`pats.lm.probe_structured`):
+  it asks for `{"answer": "ok"}` with a JSON schema in response_format. Structured output is on for
+  that endpoint when the answer is exactly that JSON (the server enforced the schema, or at least the
+  model kept to it), off when the server refused the field or answered anything else. The decision is
+  kept for the process (`pats.lm.structured_decision`), so the judge and reviser built next use it, and said on
+  stderr. A caller whose endpoint was not probed (preflight off, or another process) probes on its
+  first call with a schema.
+
+The preflight request's only message is `PREFLIGHT_PROMPT`, the probe's `pats.lm.PROBE_PROMPT`;
+`pats.testing.ScriptedOpenAIServer` answers both without consuming its script.
 """
 
 from __future__ import annotations
@@ -156,7 +164,7 @@ def _ask() -> Any:
 
 async def _check(path: str, llm: LLMSpec) -> str | None:
     """None when `llm` answered, else what went wrong and what to write instead."""
-    from pats.lm import LLMCaller
+    from pats.lm import LLMCaller, probe_structured, structured_decision
 
     head = f"{path} ({llm.model}{f' at {llm.api_base}' if llm.api_base else ''}): "
     try:
@@ -165,6 +173,8 @@ async def _check(path: str, llm: LLMSpec) -> str | None:
         return head + str(err).strip()
     try:
         await caller.call(_ask)
+        if llm.structured == "auto" and structured_decision(llm) is None:
+            await probe_structured(caller, path)
     except JudgeError:
         return head + explain(path, llm, caller.last_error, sum(caller.faults.values()))
     finally:

@@ -7,6 +7,17 @@ and the retry budget is ours: exponential backoff from `spec.backoff_s`, a 429's
 retries are spent. Programs run in worker threads under a scoped `dspy.context`; nothing here ever
 calls `dspy.configure`, so two LMs (judge and reviser) never see each other's settings.
 
+Structured answers: a call that passes `schema` (a JSON schema of its answer, see pats.reviser.llm and
+pats.judges.llm) is sent with `response_format: {"type": "json_schema", ...}` and read by DSPy's
+JSONAdapter when structured output is on for the endpoint (`llm.structured`: on, off, or auto, which
+follows one probe request: `probe_structured`); otherwise with DSPy's ChatAdapter and
+its `[[ ## field ## ]]` format, as before. A server that enforces the schema (vLLM, SGLang, llama.cpp,
+OpenAI) then cannot answer outside it, enums of card ids included.
+
+What is counted: every request an attempt sent is a call (`calls`), answered, malformed or failed, with
+its seconds; tokens are those the server reported, malformed answers included (a request given up on
+at the timeout reported none). `faults` counts the failed attempts by kind.
+
 Departure from plain DSPy: ChatAdapter's silent fallback to JSONAdapter is off by default, so one
 attempt is one request and an unparseable answer is counted as `malformed` and retried like any other
 fault, never repaired by a second, uncounted request. With `llm.cache` on, each retry asks under its
@@ -28,8 +39,10 @@ import asyncio
 import contextvars
 import functools
 import importlib.util
+import json
 import os
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -41,7 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue, install_hint
-from pats.types import Assessment, EvidenceCard, LLMUsage, ScaffoldEntry
+from pats.types import Assessment, EvidenceCard, LLMUsage, Record, ScaffoldEntry
 
 if TYPE_CHECKING:
     import dspy
@@ -53,6 +66,66 @@ PROMPTS_DIR = Path(__file__).resolve().parents[1] / "judges"  # rubrics and revi
 FAULT_KINDS = ("timeout", "rate_limit", "server_error", "connection", "malformed", "other")
 MAX_WAIT_S = 60.0  # cap on one backoff or Retry-After wait
 _KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-]{3,}")
+PROBE_MAX_TOKENS = 16  # room for {"answer": "ok"}
+PROBE_PROMPT = 'pats structured-output probe: answer with the JSON object {"answer": "ok"}.'
+PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["ok"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+# (model, api_base, api_key_env) -> structured output on, as the probe found it in this process.
+_STRUCTURED: dict[tuple[str, str | None, str | None], bool] = {}
+
+
+def response_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI `response_format` asking for an answer in `schema` (strict: no other keys)."""
+    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+
+
+def schema_adapter() -> Any:
+    """DSPy's JSONAdapter sending the call's own `response_format` (config of the call): DSPy's would
+    derive one from the signature, without this call's enums, or send none where LiteLLM does not list
+    the endpoint as one that takes schemas (a self-hosted server under openai/ or hosted_vllm/)."""
+    import dspy
+
+    class SchemaAdapter(dspy.JSONAdapter):
+        def _prepare_response_format(self, lm, lm_kwargs, signature):
+            return None  # keep the response_format the call carries
+
+    return SchemaAdapter()
+
+
+def record_schema(record: type[Record], narrowed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of a typed record as a strict answer object: every field required, no other
+    keys, and the fields in `narrowed` replaced by those schemas (the enums of what a call shows)."""
+    properties = {}
+    for name, prop in record.model_json_schema()["properties"].items():
+        prop = narrowed.get(name, prop)
+        properties[name] = {k: v for k, v in prop.items() if k not in ("title", "default")}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def enum(values: Sequence[str]) -> dict[str, Any]:
+    return {"type": "string", "enum": list(dict.fromkeys(values))}
+
+
+def cites_schema(card_ids: Sequence[str], min_citations: int) -> dict[str, Any]:
+    """Citations: ids of the cards shown only, at least `min_citations` of them."""
+    if not card_ids:
+        return {"type": "array", "maxItems": 0}
+    # At most one citation per card shown: a small model otherwise repeats one id up to max_tokens.
+    # "uniqueItems" would say more, but vLLM's grammar backends refuse it (400, "Unimplemented keys"),
+    # so distinct citations stay the validator's rule.
+    schema: dict[str, Any] = {"type": "array", "items": enum(card_ids), "maxItems": len(set(card_ids))}
+    if min_citations > 0:
+        schema["minItems"] = min_citations
+    return schema
 
 
 class MalformedAnswer(ValueError):
@@ -262,11 +335,66 @@ def _tokens(usage: dict[str, dict[str, Any]] | None) -> int:
     )
 
 
+# -- structured output probe -------------------------------------------------------------------------
+
+
+def _endpoint(llm: LLMSpec) -> tuple[str, str | None, str | None]:
+    return (llm.model, llm.api_base, llm.api_key_env)
+
+
+def structured_decision(llm: LLMSpec) -> bool | None:
+    """Structured output for `llm`'s endpoint as probed in this process (None: not probed)."""
+    return _STRUCTURED.get(_endpoint(llm))
+
+
+def _probe() -> Any:
+    import dspy
+
+    return dspy.settings.lm(
+        PROBE_PROMPT,
+        max_tokens=PROBE_MAX_TOKENS,
+        response_format=response_format("pats_probe", PROBE_SCHEMA),
+    )
+
+
+async def probe_structured(caller: LLMCaller, path: str = "") -> bool:
+    """One request asking for PROBE_SCHEMA: True when the answer is exactly `{"answer": "ok"}`. The
+    decision is kept for the endpoint and said on stderr; a fault or a refusal of the field is off.
+    The request is one of the caller's calls (seconds, tokens), never retried, never a fault: a server
+    that refuses response_format has answered the question."""
+    llm = caller.spec
+    outputs, error = await caller.attempt(_probe)
+    if error is not None:
+        detail = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        why = f"the probe request failed: {mask_secrets(detail, [llm.api_key_env])}"
+        supported = False
+    else:
+        text = outputs[0] if outputs else ""
+        text = text.get("text", "") if isinstance(text, dict) else str(text)
+        try:
+            supported = json.loads(text) == {"answer": "ok"}
+        except json.JSONDecodeError:
+            supported = False
+        why = (
+            "the probe's answer kept to its JSON schema"
+            if supported
+            else f"the probe's answer did not keep to its JSON schema: {text[:80]!r}"
+        )
+    _STRUCTURED[_endpoint(llm)] = supported
+    where = f"{path}: " if path else ""
+    where += llm.model + (f" at {llm.api_base}" if llm.api_base else "")
+    state = "on" if supported else "off (free-form fields)"
+    print(f"note: {where}: structured output {state}: {why}", file=sys.stderr, flush=True)
+    return supported
+
+
 class LLMCaller:
     """Runs DSPy programs against one LM with a concurrency limit, retries and fault counts.
 
-    `faults` counts failed attempts by kind (FAULT_KINDS); `calls` counts successful calls and
-    `seconds` their summed latency, for the run's metrics.
+    `calls` counts every attempt (each one request: answered, malformed or failed) and `seconds` their
+    summed latency; `faults` counts the failed attempts by kind (FAULT_KINDS); `tokens` what the server
+    reported, for the run's metrics. `structured` is whether calls with a schema send it (None: `auto`,
+    not decided yet; the first such call decides, from the preflight's probe or one of its own).
     """
 
     def __init__(
@@ -300,6 +428,10 @@ class LLMCaller:
         # not be parsed cost its tokens too.
         self.tokens = 0
         self._tokens_lock = threading.Lock()  # answers are counted from the worker threads
+        self.structured: bool | None = {"on": True, "off": False}.get(spec.structured)
+        self._schema_adapter: Any = None
+        self._deciding: asyncio.Lock | None = None
+        self._deciding_loop: asyncio.AbstractEventLoop | None = None
         self._retry_lms: dict[int, Any] = {}
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
@@ -316,9 +448,23 @@ class LLMCaller:
             timeouts=self.faults["timeout"],
         )
 
-    async def call(self, program: dspy.Module, /, *, parse: Callable[[Any], Any] | None = None, **inputs):
+    async def call(
+        self,
+        program: dspy.Module,
+        /,
+        *,
+        parse: Callable[[Any], Any] | None = None,
+        schema: tuple[str, dict[str, Any]] | None = None,
+        **inputs,
+    ):
         """`program(**inputs)`, retried on LLM faults; `parse` turns the prediction into the result and
-        raises MalformedAnswer for an answer in the wrong shape (counted and retried too)."""
+        raises MalformedAnswer for an answer in the wrong shape (counted and retried too). `schema`
+        (name, JSON schema of the program's outputs) is sent as the response_format when structured
+        output is on for this endpoint; the program is then read as JSON."""
+        adapter = self.adapter
+        if schema is not None and await self.uses_schema():
+            adapter = self._json_adapter()
+            inputs = {**inputs, "config": {"response_format": response_format(*schema)}}
         semaphore = self._limit()
         loop = asyncio.get_running_loop()
         attempts = self.spec.max_retries + 1
@@ -326,7 +472,9 @@ class LLMCaller:
             async with semaphore:
                 started = time.monotonic()
                 lm = self._lm_for(attempt)
-                run = functools.partial(contextvars.copy_context().run, self._run, lm, program, inputs)
+                run = functools.partial(
+                    contextvars.copy_context().run, self._run, lm, adapter, program, inputs
+                )
                 try:
                     prediction = await asyncio.wait_for(
                         loop.run_in_executor(self._executor, run), self.deadline_s
@@ -338,22 +486,69 @@ class LLMCaller:
                         raise  # a bug, not an LLM fault: keep its traceback
                     self.faults[kind] += 1
                     error = self.last_error = exc
+                    self._count(started)
                 else:
-                    self.calls += 1
-                    self.seconds += time.monotonic() - started
+                    self._count(started)
                     return result
             if attempt + 1 == attempts or not retryable(error):
                 break
             await asyncio.sleep(self._wait(attempt, error))  # outside the semaphore: others may go on
         raise JudgeError(self._describe(error, kind, attempt + 1)) from None
 
-    def _run(self, lm: Any, program: Any, inputs: dict[str, Any]) -> Any:
+    async def attempt(self, program: Any, /, **inputs) -> tuple[Any, BaseException | None]:
+        """`program(**inputs)` once: (its result, None), or (None, the LLM fault). Counted as a call with
+        its seconds and tokens, not as a fault; for a probe, whose refusal is an answer."""
+        started = time.monotonic()
+        run = functools.partial(
+            contextvars.copy_context().run, self._run, self.lm, self.adapter, program, inputs
+        )
+        try:
+            async with self._limit():
+                result = await asyncio.wait_for(
+                    asyncio.get_running_loop().run_in_executor(self._executor, run), self.deadline_s
+                )
+        except Exception as exc:
+            if fault_kind(exc) is None:
+                raise
+            return None, exc
+        finally:
+            self._count(started)
+        return result, None
+
+    def _count(self, started: float) -> None:
+        """One attempt sent: a call, with its seconds, whether it was answered, malformed or failed."""
+        self.calls += 1
+        self.seconds += time.monotonic() - started
+
+    async def uses_schema(self) -> bool:
+        """Whether calls with a schema send it: llm.structured on or off, or for auto the preflight's
+        probe of this endpoint, else one probe request of this caller's own (counted like any call).
+        A caller given its LM (a test double) is never probed: auto is off there."""
+        if self.structured is not None:
+            return self.structured
+        loop = asyncio.get_running_loop()
+        if self._deciding is None or self._deciding_loop is not loop:
+            self._deciding, self._deciding_loop = asyncio.Lock(), loop
+        async with self._deciding:  # concurrent first calls wait for one probe
+            if self.structured is None:
+                known = structured_decision(self.spec)
+                if known is None:
+                    known = await probe_structured(self) if self._built_lm else False
+                self.structured = known
+        return self.structured
+
+    def _json_adapter(self) -> Any:
+        if self._schema_adapter is None:
+            self._schema_adapter = schema_adapter()
+        return self._schema_adapter
+
+    def _run(self, lm: Any, adapter: Any, program: Any, inputs: dict[str, Any]) -> Any:
         import dspy
         from dspy.utils.usage_tracker import track_usage
 
         # Our own tracker (the program then adds to it instead of opening one) still holds the usage
         # when the adapter raises on an answer it cannot parse.
-        with dspy.context(lm=lm, adapter=self.adapter, track_usage=True), track_usage() as tracker:
+        with dspy.context(lm=lm, adapter=adapter, track_usage=True), track_usage() as tracker:
             try:
                 return program(**inputs)
             finally:

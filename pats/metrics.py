@@ -73,8 +73,8 @@ def review_metrics(result: ReviewResult) -> dict[str, float]:
     out["review/llm_timeouts"] = float(result.llm_timeouts)
     if result.llm_calls:
         out["review/llm_seconds_per_call"] = result.llm_seconds / result.llm_calls
-    if result.llm_calls + result.llm_malformed:  # every answer cost tokens, usable or not
-        out["review/llm_tokens_per_call"] = result.llm_tokens / (result.llm_calls + result.llm_malformed)
+    if result.llm_calls:  # every request counts, failed ones included
+        out["review/llm_tokens_per_call"] = result.llm_tokens / result.llm_calls
     out["review/over_budget"] = float(result.over_budget)
     out["review/cards"] = float(len(result.cards))
     return out

@@ -311,9 +311,9 @@ EMPTY_VIEW = ScaffoldView(version="", text="")
 class LLMUsage(Record):
     """A judge's or reviser's LLM work so far (all zeros for the statistics judge and the rules reviser)."""
 
-    calls: int = 0  # successful calls
-    seconds: float = 0.0  # their summed latency
-    tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed (what was spent)
+    calls: int = 0  # every request sent: answered, malformed or failed (faults are among them)
+    seconds: float = 0.0  # their summed latency, failed ones included
+    tokens: int = 0  # prompt + completion tokens the server reported, malformed answers included
     faults: int = 0  # failed attempts (each retried or given up)
     malformed: int = 0  # of the faults, answers that arrived but could not be parsed or used
     timeouts: int = 0  # of the faults, requests not answered within llm.timeout_s (a slow or loaded server)
@@ -337,9 +337,9 @@ class ReviewResult(Record):
     fallback: bool = False  # the LLM reviser failed and the rules reviser answered
     fallback_streak: int = 0  # steps in a row, this one included, where rules answered every task type
     llm_faults: int = 0
-    llm_calls: int = 0  # successful judge and reviser LLM calls of this review
+    llm_calls: int = 0  # judge and reviser LLM requests of this review: answered, malformed or failed
     llm_seconds: float = 0.0  # their summed latency
-    llm_tokens: int = 0  # prompt + completion tokens of every answer, usable or malformed
+    llm_tokens: int = 0  # prompt + completion tokens the server reported, malformed answers included
     llm_malformed: int = 0  # answers that arrived but could not be used (counted in llm_faults too)
     llm_timeouts: int = 0  # requests not answered within llm.timeout_s (counted in llm_faults too)
     over_budget: int = 0  # judge or reviser calls cut off by the step's review budget

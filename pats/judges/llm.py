@@ -5,6 +5,11 @@ type's evidence cards, with the instructions, label descriptions and examples of
 (`judges/<environment kind>.yaml`, or the spec's `judge.rubric`). Each verdict is a label, a reason
 and the ids of the cards it rests on.
 
+Structured output (`llm.structured`, see pats.lm): the answer's JSON schema (`verdict_schema`) is the
+Verdict record narrowed to the call: one verdict per entry shown, entry ids and the four labels as
+enums, and at least one citation from the ids of the cards shown. The checks below still apply to
+whatever arrives.
+
 Never guessed: a label outside the rubric's four, a citation of a card that is not this type's, no
 citation at all, two different grades for one entry, or no grade for an entry each give
 `Verdict(label="unscored", reason=<why>)`. An unparseable answer is retried (LLMCaller counts it as
@@ -25,7 +30,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pats.errors import JudgeError
-from pats.lm import LLMCaller, prompt_file, read_prompt_file, render_assessment, render_cards, render_entries
+from pats.lm import (
+    LLMCaller,
+    cites_schema,
+    enum,
+    prompt_file,
+    read_prompt_file,
+    record_schema,
+    render_assessment,
+    render_cards,
+    render_entries,
+)
 from pats.protocols import Judge
 from pats.scaffold.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget
@@ -96,6 +111,22 @@ def grade_program(rubric: Rubric):
         )
 
     return dspy.Predict(GradeEntries.with_instructions(rubric.render()))
+
+
+def verdict_schema(entry_ids: Sequence[str], card_ids: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema of one grading call's answer, `{"verdicts": [...]}`: the Verdict record with the
+    entry ids shown, the rubric's labels and the card ids shown as enums, one verdict per entry."""
+    verdict = record_schema(
+        Verdict,
+        {"entry_id": enum(entry_ids), "label": enum(GRADE_LABELS), "cites": cites_schema(card_ids, 1)},
+    )
+    verdicts = {"type": "array", "items": verdict, "minItems": len(entry_ids), "maxItems": len(entry_ids)}
+    return {
+        "type": "object",
+        "properties": {"verdicts": verdicts},
+        "required": ["verdicts"],
+        "additionalProperties": False,
+    }
 
 
 def verdicts_from_answer(
@@ -212,6 +243,7 @@ class LLMJudge:
         try:
             prediction = await self.caller.call(
                 self.program,
+                schema=("pats_verdicts", verdict_schema(entry_ids, [c.id for c in cards])),
                 task_type=assessment.task_type,
                 review=render_assessment(assessment),
                 cards=render_cards(cards),

@@ -158,6 +158,15 @@ class LLMSpec(SpecModel):
         "stay unscored).",
     )
 
+    structured: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Ask for answers in a JSON schema built from the records (edits, verdicts), whose enums "
+        "hold the scopes, entry ids and card ids shown, through response_format: on sends it (a server "
+        "without schema support then refuses every call), off never does (DSPy's free-form fields), auto "
+        "sends it where the endpoint enforced a schema on one short probe request (the preflight's, or "
+        "the first call's when the preflight is off).",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _key_follows_provider(cls, data):

@@ -5,6 +5,7 @@ from pats.testing.fakes import FakeEnv, RaisingJudge, ScriptedBackend, improving
 from pats.testing.llm import scripted_judge, scripted_reviser
 from pats.testing.model_server import ServedModel
 from pats.testing.openai_server import ScriptedOpenAIServer
+from pats.testing.vllm_server import VLLMServer
 
 __all__ = [
     "FakeEnv",
@@ -12,6 +13,7 @@ __all__ = [
     "ScriptedBackend",
     "ScriptedOpenAIServer",
     "ServedModel",
+    "VLLMServer",
     "card_facts",
     "evidence_card",
     "improving_schedule",

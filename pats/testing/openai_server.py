@@ -14,7 +14,19 @@ model on `GET /v1/models`. It is a real HTTP server, so a test exercises the who
 - a callable: called with the request body (a dict), returns one of the above.
 
 Requests after the script ran out get status 500 and count in `exhausted`. Every request body is kept in
-`requests` (parsed JSON) for assertions, and `max_in_flight` is the most requests handled at once.
+`requests` (parsed JSON) for assertions, and `max_in_flight` is the most requests handled at once. Its
+own log, to hold a client's counts against: `answered` has one `Answered` per request it handled (the
+preflight and probe included), with the status and the tokens its `usage` reported. The usage is
+counted, roughly as a tokenizer would: words and punctuation of the prompt's messages and the answer.
+
+Structured output: by default (`structured=False`) it is a server without schema support that refuses
+the field (`transformers serve` 5.10 ignores it instead, with a warning; its probe answer is then
+prose, which turns structured output off just the same): every request carrying a `response_format`, the probe
+(`pats.lm.PROBE_PROMPT`) included, gets a 400 before the script, consuming nothing; so an LLM on
+`structured: auto` talks to it in DSPy's free-form fields, as the scripts are written. With
+`structured=True` it is a server that takes the field: the probe (kept in `probes`, consuming
+nothing) gets the `probe` item (default `{"answer": "ok"}`: a server that enforced the schema), and requests carrying a `response_format` are answered from the
+script (write those items as the JSON object the schema asks for).
 
 `pats run`'s preflight request (`pats.llm_check.PREFLIGHT_PROMPT`) is answered with the `preflight`
 item (default "ok") and kept in `preflights`, never in `requests`: it consumes no script item, so a
@@ -30,16 +42,32 @@ consume nothing.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
 from pats.llm_check import PREFLIGHT_PROMPT
+from pats.lm import PROBE_PROMPT
 
 ScriptItem = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+class Answered(NamedTuple):
+    """One request the server handled, as its log has it: the status sent and the tokens reported."""
+
+    status: int
+    tokens: int  # prompt + completion tokens in the body's usage (0 for an error or a broken body)
+    kind: str  # "preflight", "probe" or "script"
+
+
+def count_tokens(text: str) -> int:
+    """Words and punctuation marks: the scripted server's stand-in for a tokenizer."""
+    return len(_TOKEN.findall(text))
 
 
 class ScriptedOpenAIServer:
@@ -51,14 +79,20 @@ class ScriptedOpenAIServer:
         preflight: ScriptItem = "ok",
         api_key: str | None = None,
         models: Iterable[str] | None = None,
+        structured: bool = False,
+        probe: ScriptItem = '{"answer": "ok"}',
     ):
         self.script: list[ScriptItem] = list(script)
+        self.structured = structured  # False: refuses response_format with a 400
+        self.probe = probe  # a structured server's answer to the probe
         self.model = model
         self.preflight = preflight  # the answer to every preflight request
         self.api_key = api_key  # None: any key (or none) is accepted
         self.models = set(models) if models is not None else None  # None: every model is served
         self.requests: list[dict[str, Any]] = []
         self.preflights: list[dict[str, Any]] = []
+        self.probes: list[dict[str, Any]] = []
+        self.answered: list[Answered] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self.exhausted = 0
@@ -127,6 +161,16 @@ class ScriptedOpenAIServer:
             with self._lock:
                 self.preflights.append(body)
             item = self.preflight
+        elif refusal is None and _is_probe(body):
+            with self._lock:
+                self.probes.append(body)
+            if not self.structured:
+                return _NO_SCHEMA
+            item = self.probe
+        elif refusal is None and not self.structured and body.get("response_format") is not None:
+            with self._lock:
+                self.requests.append(body)
+            return _NO_SCHEMA
         else:
             with self._lock:
                 self.requests.append(body)
@@ -149,6 +193,11 @@ class ScriptedOpenAIServer:
             return {"status": 404, "message": f"The model `{model}` does not exist.", "kind": "NotFoundError"}
         return None
 
+    def _log(self, status: int, tokens: int, body: dict[str, Any]) -> None:
+        kind = "preflight" if _is_preflight(body) else "probe" if _is_probe(body) else "script"
+        with self._lock:
+            self.answered.append(Answered(status, tokens, kind))
+
     def _enter(self) -> None:
         with self._lock:
             self.in_flight += 1
@@ -163,6 +212,18 @@ def _is_preflight(body: dict[str, Any]) -> bool:
     return any(_content(m).strip() == PREFLIGHT_PROMPT for m in body.get("messages", []))
 
 
+def _is_probe(body: dict[str, Any]) -> bool:
+    return any(_content(m).strip() == PROBE_PROMPT for m in body.get("messages", []))
+
+
+# What a server without schema support says to a response_format (vLLM-style 400 body).
+_NO_SCHEMA = {
+    "status": 400,
+    "message": "response_format is not supported by this server",
+    "kind": "invalid_request_error",
+}
+
+
 def _content(message: dict[str, Any]) -> str:
     content = message.get("content", "")
     if isinstance(content, list):  # content parts
@@ -170,8 +231,9 @@ def _content(message: dict[str, Any]) -> str:
     return str(content)
 
 
-def completion(text: str, model: str) -> dict[str, Any]:
-    """An OpenAI chat-completion body answering `text`."""
+def completion(text: str, model: str, prompt: str = "") -> dict[str, Any]:
+    """An OpenAI chat-completion body answering `text`, its usage counted by `count_tokens`."""
+    prompt_tokens, completion_tokens = count_tokens(prompt), count_tokens(text)
     return {
         "id": f"chatcmpl-scripted-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -185,7 +247,11 @@ def completion(text: str, model: str) -> dict[str, Any]:
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -237,12 +303,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, double: ScriptedOpenAIServer, item: dict[str, Any] | None, body: dict) -> None:
         if item is None:
+            double._log(500, 0, body)
             self._send(500, _error("ScriptedOpenAIServer: script exhausted", "server_error"))
             return
         if item.get("delay"):
             double._stop.wait(float(item["delay"]))
         model = str(body.get("model") or double.model)
+        prompt = "\n".join(_content(m) for m in body.get("messages", []))
         if "status" in item:
+            double._log(int(item["status"]), 0, body)
             status = int(item["status"])
             headers = {}
             if item.get("retry_after") is not None:
@@ -253,9 +322,11 @@ class _Handler(BaseHTTPRequestHandler):
             kind = item.get("kind") or ("rate_limit_exceeded" if status == 429 else "server_error")
             self._send(status, _error(message, kind), headers)
         elif item.get("malformed"):
+            double._log(200, 0, body)
             self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [ this is not json')
         elif item.get("truncated"):
-            data = json.dumps(completion(str(item.get("text", "")), model)).encode()
+            double._log(200, 0, body)
+            data = json.dumps(completion(str(item.get("text", "")), model, prompt)).encode()
             self.close_connection = True
             try:
                 self.send_response(200)
@@ -267,7 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 pass
         else:
-            self._send(200, completion(str(item.get("text", "")), model))
+            answer = completion(str(item.get("text", "")), model, prompt)
+            double._log(200, answer["usage"]["total_tokens"], body)
+            self._send(200, answer)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_raw(status, json.dumps(payload).encode(), headers)
