@@ -18,6 +18,7 @@ one win and one failure lets the rules reviser write a plan, so step 2 plays und
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -100,8 +101,6 @@ async def first_observations(spec) -> dict[str, list[str]]:
 
 
 def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch, local_ray):
-    import asyncio
-
     spec = load_spec(spec_file(tmp_path))
     run_dir = tmp_path / "run"
     # The bundle `pats export verl` writes (spec.yaml, agent_loops.yaml, train/val parquet) and the
@@ -110,7 +109,7 @@ def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch,
     assert (cfg.trainer.use_v1, cfg.trainer.v1.trainer_mode) == (True, "sync")
     with open_dict(cfg):
         # Test-only: one TransferQueue storage actor (8 by default), the dataset read in this process,
-        # no validation pass (eval.every cannot be 0), no checkpoint, console logs only.
+        # no validation pass (eval.every cannot be 0), no checkpoint.
         cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
         cfg.data.dataloader_num_workers = 0
         cfg.trainer.test_freq = -1
@@ -134,6 +133,8 @@ def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch,
         actor = StandInActor(omega_conf_to_dataclass(cfg.actor_rollout_ref.actor))
         trainer.actor_rollout_wg = trainer.ref_policy_wg = actor
         trainer.ref_in_actor = False  # no LoRA: verl builds a reference policy beside the actor
+        # Rewards come from the pats loop (reward_score); verl's RewardLoopManager without a reward
+        # model returns its (here: no) rule-reward workers, so the trainer skips the colocated reward.
         trainer.reward_loop_manager = type("Rewards", (), {"reward_loop_worker_handles": []})()
         trainer.checkpoint_manager = StandInCheckpointManager(server)
         trainer._load_checkpoint()  # no checkpoint: global_steps = 0
