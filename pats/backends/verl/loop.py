@@ -123,7 +123,9 @@ class PatsAgentLoop(AgentLoopBase):
         episode = Episode(f"{uid}-{uuid4().hex[:8]}", task, view)
         env = await self.settings.acquire()
         try:
-            prompt_ids, ids, mask, logprobs, messages = await self._play(env, task, episode, sampling_params)
+            prompt_ids, ids, mask, logprobs, messages, versions = await self._play(
+                env, task, episode, sampling_params
+            )
         finally:
             self.settings.release(env)
         rollout = episode.record(scaffolded)
@@ -153,11 +155,16 @@ class PatsAgentLoop(AgentLoopBase):
                 },
                 "turn_scores": [t.reward for t in episode.turns],
                 "tool_rewards": [],
+                **versions,
             },
         )
 
     async def _play(self, env: _OffLoopEnv, task: Task, ep: Episode, sampling_params: dict[str, Any]):
-        """(prompt ids, all ids, response mask, response logprobs, messages) of one episode."""
+        """(prompt ids, all ids, response mask, response logprobs, messages, weights versions) of one
+        episode. The versions are verl's `min_global_steps` (of the first turn) and `max_global_steps`
+        (of the last), which its server client stamps on every output: the V1 trainer tags each
+        trajectory with them and reads them as integers for its staleness metrics (None fails the
+        step), as verl's own tool agent loop carries them."""
         spec = self.settings.spec
         await ep.reset(lambda t: env.call("reset", t))
         state = ep.state
@@ -175,6 +182,7 @@ class PatsAgentLoop(AgentLoopBase):
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         ids, mask, logprobs = list(prompt_ids), [], []
+        versions: dict[str, int] = {}
         request_id = uuid4().hex  # one per trajectory: the server's prefix cache keeps the history
         eos = self.tokenizer.eos_token_id
         for _ in range(spec.environment.max_turns):
@@ -193,6 +201,10 @@ class PatsAgentLoop(AgentLoopBase):
                 assistant_logprobs=out.log_probs or None,
             )
             ids, logprobs = merged.token_ids, new_logprobs or []
+            for key in ("min_global_steps", "max_global_steps"):
+                version = (out.extra_fields or {}).get(key)
+                if version is not None and (key == "max_global_steps" or key not in versions):
+                    versions[key] = version
             if out.token_ids and out.token_ids[-1] != eos and eos is not None:
                 # Cut at max_tokens: close the turn as the chat template would (a context token, mask 0).
                 ids, mask = ids + [eos], mask + [0]
@@ -218,7 +230,7 @@ class PatsAgentLoop(AgentLoopBase):
                 messages.pop()  # the observation does not fit: the episode ends truncated
                 break
             ids, mask, logprobs = merged.token_ids, new_mask, new_logprobs or []
-        return prompt_ids, ids, mask, logprobs, messages
+        return prompt_ids, ids, mask, logprobs, messages, versions
 
 
 class PatsValidationLoop(PatsAgentLoop):
