@@ -23,6 +23,7 @@ class Updatable(Protocol):
     trainer: LocalTrainerSpec
     device: torch.device
     pad_id: int
+    premise_ids: list[int]  # pmi scoring's neutral premise
     model: torch.nn.Module
     params: list[Tensor]
     optimizer: torch.optim.Optimizer

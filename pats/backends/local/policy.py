@@ -2,9 +2,10 @@
 
 Two ways to act, picked by `policy.action`:
 - `score_actions` / `choose`: the policy's distribution over the environment's admissible actions is
-  softmax(score / temperature), a score being the sum or mean of the action's token log-probs given
-  the prompt (the action's text followed by the end-of-turn token). The prompt runs once and its KV
-  cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
+  softmax(score / temperature), a score being computed from the action's token log-probs given the
+  prompt (the action's text followed by the end-of-turn token) by the `policy.score_normalization`
+  rule (mean, sum, distinct_mean, pmi: scoring.py; pmi's neutral premise is `NEUTRAL_PREMISE`). The
+  prompt runs once and its KV cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
   together, their shared system prefix computed once. A 135M model cannot free-generate valid
   actions but ranks them well once scores are length-normalized (notes/facts.md);
 - `generate`: batched sampling with left padding, temperature and top-p; `generate_batch` takes each
@@ -36,6 +37,10 @@ from pats.models.files import resolve_model_dir
 from pats.spec.models import LocalTrainerSpec, PolicySpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# pmi scoring's neutral premise: a chat with an empty system message and this user message, opened for
+# the assistant's answer. It asks for an action and says nothing of the game, so an action's likelihood
+# after it is what the action's own words are worth anywhere (its surface form).
+NEUTRAL_PREMISE = "Action:"
 
 
 def bf16_autocast_supported(device: torch.device) -> bool:
@@ -76,6 +81,7 @@ class LocalPolicy:
         if self.eos_id is None:
             raise BackendError(f"the tokenizer of '{policy.model}' has no eos token to end a turn with")
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self.premise_ids = self.chat_ids("", NEUTRAL_PREMISE)  # pmi scoring's (scoring.py)
         _check_plain_head(model)
         model.to(self.device)
 
@@ -190,11 +196,12 @@ class LocalPolicy:
                 pad_id=self.pad_id,
                 chunk=self.trainer.logprob_chunk,
                 normalization=self.spec.score_normalization,
+                premise=self.premise_ids,
             )
 
     @torch.no_grad()
     def score_actions(self, prompt_ids: Sequence[int], actions: Sequence[str]) -> Tensor:
-        """Score of each action text after the prompt (sum or mean token log-prob per the spec). (K,)"""
+        """Score of each action text after the prompt (policy.score_normalization's rule). (K,)"""
         with self.acting_context():
             return self.candidate_scores(prompt_ids, [self.action_ids(a) for a in actions]).float().cpu()
 
@@ -226,6 +233,7 @@ class LocalPolicy:
                 pad_id=self.pad_id,
                 chunk=self.trainer.logprob_chunk,
                 normalization=self.spec.score_normalization,
+                premise=self.premise_ids,
             )
         return [self._pick(s.float().cpu(), greedy) for s in scores]
 

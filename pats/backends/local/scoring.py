@@ -12,13 +12,26 @@ remaining prompts and candidates are packed into the rows of one forward pass, k
 attention mask. At batch 1 the matmuls are too small to use a CPU well; packed, they have
 thousands of rows. The update runs it with gradients too, one shared prefix at a time, its keys
 and values detached copies that collect their gradient (sharing.py).
+
+How a candidate's token log-probs become its score is `policy.score_normalization` (`rule_scores`):
+- mean / sum: the mean or sum over all its tokens (the end token included);
+- distinct_mean: the mean over its distinguishing tokens only, those after the longest token prefix
+  it shares with another candidate of the same decision ("take" in "take apple" / "take pear"), so
+  what the context adds to the 1-3 tokens that tell the actions apart is not divided by the rest;
+- pmi: the sum minus the same action's sum after a fixed neutral premise (`premise`: the assistant
+  turn after a bare "Action:" request), the domain-conditional PMI of Holtzman et al. 2021, "Surface
+  Form Competition": an action that is likely in any context (short, common words) gains nothing
+  from that alone. The premise's scores run in the same packed pass as the decisions, each distinct
+  action once per call, and without gradients are kept in the `PrefixStore` for the rollout's later
+  turns (they depend only on the weights). With gradients (the update) they are recomputed and
+  differentiated too: the trained distribution is the one actions are drawn from.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -26,6 +39,52 @@ from torch import Tensor
 from pats.backends.local import grpo
 
 CACHE_ROWS = 16384  # prompt-cache rows (candidates x prompt tokens) per pass when scoring
+Normalization = Literal["mean", "sum", "distinct_mean", "pmi"]  # policy.score_normalization
+
+
+def distinct_starts(candidates: Sequence[Sequence[int]]) -> list[int]:
+    """Per candidate, the index of its first distinguishing token: the length of the longest token
+    prefix it shares with any other candidate, at most its length - 1 (a duplicate keeps its last
+    token). The longest shared prefix is with a neighbour in sorted order, so one sort finds all."""
+    order = sorted(range(len(candidates)), key=lambda i: tuple(candidates[i]))
+    shared = [0] * len(candidates)
+    for a, b in zip(order, order[1:], strict=False):
+        x, y = candidates[a], candidates[b]
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        shared[a], shared[b] = max(shared[a], n), max(shared[b], n)
+    return [min(n, len(c) - 1) for n, c in zip(shared, candidates, strict=True)]
+
+
+def rule_scores(
+    token_logprobs: Tensor,
+    mask: Tensor,
+    candidates: Sequence[Sequence[int]],
+    normalization: Normalization,
+    neutral: Tensor | None = None,
+) -> Tensor:
+    """Scores of one decision's candidates from their token log-probs (K, L), left-aligned with
+    `mask` (K, L), under a `policy.score_normalization` rule (module docstring); `neutral` (K,): the
+    candidates' summed log-probs after the neutral premise, for pmi. (K,)"""
+    if normalization in ("mean", "sum"):
+        return grpo.sequence_score(token_logprobs, mask, normalization)
+    if normalization == "distinct_mean":
+        starts = torch.tensor(distinct_starts(candidates), device=mask.device)  # (K,)
+        columns = torch.arange(mask.shape[1], device=mask.device)  # (L,)
+        return grpo.sequence_score(token_logprobs, mask * (columns[None] >= starts[:, None]), "mean")
+    if normalization == "pmi":
+        if neutral is None:
+            raise ValueError("pmi scoring needs the candidates' scores after the neutral premise")
+        return grpo.sequence_score(token_logprobs, mask, "sum") - neutral
+    raise ValueError(
+        f"unknown score normalization '{normalization}'; known: {', '.join(get_args(Normalization))}"
+    )
+
+
+def _check_premise(normalization: Normalization, premise: Sequence[int]) -> None:
+    if normalization == "pmi" and not premise:
+        raise ValueError("pmi scoring needs the neutral premise's token ids (LocalPolicy.premise_ids)")
 
 
 def score_candidates(
@@ -35,9 +94,26 @@ def score_candidates(
     *,
     pad_id: int,
     chunk: int,
-    normalization: Literal["mean", "sum"],
+    normalization: Normalization,
+    premise: Sequence[int] = (),
 ) -> Tensor:
-    """Sum or mean token log-prob of each candidate after the prompt. (K,)"""
+    """Score of each candidate after the prompt under the `normalization` rule (`rule_scores`);
+    pmi also scores them after `premise`. (K,)"""
+    table, mask = candidate_logprobs(model, prompt_ids, candidates, pad_id=pad_id, chunk=chunk)
+    neutral = None
+    if normalization == "pmi":
+        _check_premise(normalization, premise)
+        neutral = score_candidates(
+            model, premise, candidates, pad_id=pad_id, chunk=chunk, normalization="sum"
+        )
+    return rule_scores(table, mask, candidates, normalization, neutral)
+
+
+def candidate_logprobs(
+    model, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], *, pad_id: int, chunk: int
+) -> tuple[Tensor, Tensor]:
+    """(token log-probs, mask), each (K, L): every candidate's tokens after the prompt, left-aligned,
+    the mask 1 on real tokens. What every scoring rule is computed from (`rule_scores`)."""
     from transformers import DynamicCache
 
     if not candidates:
@@ -55,7 +131,7 @@ def score_candidates(
     cache = DynamicCache(config=model.config)
     last = decoder(input_ids=prompt, past_key_values=cache, use_cache=True).last_hidden_state[:, -1:]
     per_pass = k if torch.is_grad_enabled() else max(1, CACHE_ROWS // prompt.shape[1])
-    scores = []
+    tables = []
     for start in range(0, k, per_pass):
         n = min(per_pass, k - start)
         # The last pass may reuse the prompt's cache itself; earlier ones need their own copy.
@@ -69,9 +145,8 @@ def score_candidates(
         # Position j predicts candidate token j: the prompt's last state for j = 0, else the
         # candidate's own state at j - 1.
         hidden = torch.cat([last.expand(n, -1, -1), hidden[:, :-1]], dim=1)  # (n, L, H)
-        logprobs = grpo.hidden_logprobs(hidden, part_ids, head, chunk)  # (n, L)
-        scores.append(grpo.sequence_score(logprobs, part_mask, normalization))
-    return torch.cat(scores)  # (K,)
+        tables.append(grpo.hidden_logprobs(hidden, part_ids, head, chunk))  # (n, L)
+    return torch.cat(tables), mask  # (K, L) each
 
 
 # -- batched scoring for rollouts ---------------------------------------------------------------
@@ -86,11 +161,13 @@ class PrefixStore:
 
     Valid for one set of weights and one autocast setting: make a new store for every rollout. Only
     the prefixes asked for by the latest `ensure` are kept, so an episode's prefix is dropped once
-    the episode has ended.
+    the episode has ended. `neutral` keeps each action's summed log-prob after the neutral premise
+    (pmi scoring), computed without gradients, for the rest of the rollout.
     """
 
     def __init__(self) -> None:
         self.kv: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = {}  # ids -> per layer (1, h, S, d)
+        self.neutral: dict[tuple[int, ...], Tensor] = {}  # action ids -> () score after the premise
 
     def ensure(self, decoder, prefixes: Sequence[tuple[int, ...]]) -> None:
         """Compute the prefixes not stored yet in one batched pass (right padding); forget the rest."""
@@ -164,7 +241,8 @@ def score_batch(
     *,
     pad_id: int,
     chunk: int,
-    normalization: Literal["mean", "sum"],
+    normalization: Normalization,
+    premise: Sequence[int] = (),
 ) -> list[Tensor]:
     """`score_candidates` for many prompts at once: one score vector (K_b,) each.
 
@@ -175,11 +253,15 @@ def score_batch(
     only, and position ids continue the prompt, so each candidate is scored as if it directly
     followed its prompt. One forward pass thus scores every candidate of many episodes, with
     thousands of rows per matmul instead of one prompt's worth, and little padding.
+    pmi adds the distinct actions after `premise` to the same pass (`_with_neutral`).
     """
     if any(not c for c in candidates):
         raise ValueError("no candidate actions to score")
     if any(not r for r in prompts):
         raise ValueError("each prompt needs a token after its prefix to predict the first candidate token")
+    if normalization == "pmi":
+        _check_premise(normalization, premise)
+        return _with_neutral(model, store, prefixes, prompts, candidates, premise, pad_id=pad_id, chunk=chunk)
     # Identical decisions (a group's episodes all start from the same prompt) are scored once.
     decisions = [
         (tuple(h), tuple(r), tuple(map(tuple, c)))
@@ -196,6 +278,7 @@ def score_batch(
             pad_id=pad_id,
             chunk=chunk,
             normalization=normalization,
+            premise=premise,
         )
         of = dict(zip(unique, scores, strict=True))
         return [of[d] for d in decisions]
@@ -215,6 +298,37 @@ def score_batch(
             pad_id=pad_id, chunk=chunk, normalization=normalization,
         )  # fmt: skip
     return [scores[e] for e in range(len(prompts))]
+
+
+def _with_neutral(model, store, prefixes, prompts, candidates, premise, *, pad_id, chunk) -> list[Tensor]:
+    """pmi scores of `score_batch`: each decision's summed log-probs minus its actions' sums after
+    the premise. The distinct actions not in `store.neutral` are scored after the premise as extra
+    decisions of the same packed pass (at most as many per decision as the largest real one has, so
+    rows grow no wider); without gradients their scores are kept there for later turns."""
+    actions = list(dict.fromkeys(tuple(c) for cands in candidates for c in cands))
+    known = store.neutral if not torch.is_grad_enabled() else {}
+    missing = [a for a in actions if a not in known]
+    size = max(len(c) for c in candidates)
+    extra = [missing[i : i + size] for i in range(0, len(missing), size)]
+    scores = score_batch(
+        model,
+        store,
+        [*prefixes, *[()] * len(extra)],
+        [*prompts, *[premise] * len(extra)],
+        [*candidates, *extra],
+        pad_id=pad_id,
+        chunk=chunk,
+        normalization="sum",
+    )
+    neutral = dict(known)
+    for chunk_actions, got in zip(extra, scores[len(prompts) :], strict=True):
+        neutral |= dict(zip(chunk_actions, got, strict=True))
+    if not torch.is_grad_enabled():
+        store.neutral |= {a: neutral[a] for a in missing}
+    return [
+        s - torch.stack([neutral[tuple(c)] for c in cands])
+        for s, cands in zip(scores[: len(prompts)], candidates, strict=True)
+    ]
 
 
 def packed_length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
@@ -311,8 +425,12 @@ def _score_pass(
     table[where] = logprobs  # (C, L): each candidate's token log-probs, left-aligned
     filled = torch.zeros_like(table, dtype=torch.long)  # (C, L)
     filled[where] = 1
-    scores = grpo.sequence_score(table, filled, normalization)  # (C,)
-    return dict(zip([e for e, _ in order], scores.split([c for _, c in order]), strict=True))
+    out, at = {}, 0
+    for e, count in order:  # each episode's candidates are rows [at, at + count) of the table
+        part = slice(at, at + count)
+        out[e] = rule_scores(table[part], filled[part], candidates[e], normalization)  # (K_e,)
+        at += count
+    return out
 
 
 def _attention_mask(model, allowed: Tensor) -> Tensor:
