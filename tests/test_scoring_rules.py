@@ -87,12 +87,24 @@ CANDIDATES = [
     [(20, 21, 2), (25, 2)],
     [(26, 27, 2), (26, 27, 28, 2), (24, 2), (29, 30, 31, 32, 2)],
 ]
-PREMISE = (40, 41, 42)
+
+
+def premise(candidates) -> tuple[int, ...]:
+    """A premise that lists the candidates, as LocalPolicy.premise_ids does with their texts."""
+    return (40, 41, *(t for c in candidates for t in (*c[:-1], 42)), 43)
+
+
+PREMISE_CALLS: list[int] = []
+
+
+def counted(candidates) -> tuple[int, ...]:
+    PREMISE_CALLS.append(len(candidates))
+    return premise(candidates)
 
 
 def one_by_one(model, rule):
     return [
-        scoring.score_candidates(model, [*h, *r], c, pad_id=0, chunk=8, normalization=rule, premise=PREMISE)
+        scoring.score_candidates(model, [*h, *r], c, pad_id=0, chunk=8, normalization=rule, premise=premise)
         for h, r, c in zip(PREFIXES, PROMPTS, CANDIDATES, strict=True)
     ]
 
@@ -103,52 +115,42 @@ def test_packed_scores_equal_one_prompt_scores(model, rule):
         expected = one_by_one(model, rule)
         got = scoring.score_batch(
             model, scoring.PrefixStore(), PREFIXES, PROMPTS, CANDIDATES,
-            pad_id=0, chunk=8, normalization=rule, premise=PREMISE,
+            pad_id=0, chunk=8, normalization=rule, premise=premise,
         )  # fmt: skip
     for e, g in zip(expected, got, strict=True):
         assert torch.allclose(e, g, atol=1e-5)
 
 
-def test_pmi_is_the_sum_minus_the_sum_after_the_premise_and_the_premise_runs_once_per_action(model):
+def test_pmi_is_the_sum_minus_the_sum_after_the_premise_and_each_premise_runs_once(model):
     with torch.no_grad():
         sums = [
             scoring.score_candidates(model, [*h, *r], c, pad_id=0, chunk=8, normalization="sum")
             for h, r, c in zip(PREFIXES, PROMPTS, CANDIDATES, strict=True)
         ]
         prior = [
-            scoring.score_candidates(model, PREMISE, c, pad_id=0, chunk=8, normalization="sum")
+            scoring.score_candidates(model, premise(c), c, pad_id=0, chunk=8, normalization="sum")
             for c in CANDIDATES
         ]
         store = scoring.PrefixStore()
+        PREMISE_CALLS.clear()
+        twice = [*CANDIDATES, CANDIDATES[0]]  # a group's episodes often share a set of actions
         got = scoring.score_batch(
-            model,
-            store,
-            PREFIXES,
-            PROMPTS,
-            CANDIDATES,
-            pad_id=0,
-            chunk=8,
-            normalization="pmi",
-            premise=PREMISE,
-        )
-    for s, p, g in zip(sums, prior, got, strict=True):
+            model, store, [*PREFIXES, (9,)], [*PROMPTS, (19,)], twice,
+            pad_id=0, chunk=8, normalization="pmi", premise=counted,
+        )  # fmt: skip
+    for s, p, g in zip(sums, prior, got, strict=False):
         assert torch.allclose(s - p, g, atol=1e-5)
-    distinct = {a for c in CANDIDATES for a in c}
-    assert set(store.neutral) == distinct  # each distinct action once, kept for later turns
+    assert sorted(PREMISE_CALLS) == sorted(map(len, CANDIDATES)), "one premise per distinct set"
+    assert set(store.neutral) == {tuple(c) for c in CANDIDATES}  # kept for later turns
     # A later turn takes the premise's scores from the store: poisoned there, they show up.
-    store.neutral = {a: torch.tensor(0.0) for a in distinct}
+    store.neutral = {tuple(c): torch.zeros(len(c)) for c in CANDIDATES}
+    PREMISE_CALLS.clear()
     with torch.no_grad():
         again = scoring.score_batch(
-            model,
-            store,
-            PREFIXES,
-            PROMPTS,
-            CANDIDATES,
-            pad_id=0,
-            chunk=8,
-            normalization="pmi",
-            premise=PREMISE,
-        )
+            model, store, PREFIXES, PROMPTS, CANDIDATES,
+            pad_id=0, chunk=8, normalization="pmi", premise=counted,
+        )  # fmt: skip
+    assert PREMISE_CALLS == []
     for s, g in zip(sums, again, strict=True):
         assert torch.allclose(s, g, atol=1e-5)
 
@@ -156,7 +158,7 @@ def test_pmi_is_the_sum_minus_the_sum_after_the_premise_and_the_premise_runs_onc
 def test_pmi_with_gradients_differentiates_the_premise_too_and_keeps_nothing(model):
     store = scoring.PrefixStore()
     got = scoring.score_batch(
-        model, store, PREFIXES, PROMPTS, CANDIDATES, pad_id=0, chunk=8, normalization="pmi", premise=PREMISE
+        model, store, PREFIXES, PROMPTS, CANDIDATES, pad_id=0, chunk=8, normalization="pmi", premise=premise
     )
     with torch.no_grad():
         expected = one_by_one(model, "pmi")
@@ -164,7 +166,7 @@ def test_pmi_with_gradients_differentiates_the_premise_too_and_keeps_nothing(mod
     assert store.neutral == {}
     # The premise's pass is in the graph: a loss on the neutral-only difference has a gradient.
     (grad,) = torch.autograd.grad(got[0].sum(), model.model.embed_tokens.weight)
-    assert grad[PREMISE[0]].abs().sum() > 0  # the premise's tokens were differentiated
+    assert grad[40].abs().sum() > 0  # the premise's own tokens were differentiated
     model.zero_grad()
 
 
@@ -197,6 +199,9 @@ def test_a_policy_acts_and_trains_under_the_rule(tmp_path, rule):
     policy = LocalPolicy(spec, LocalTrainerSpec(lr=1e-2, threads=1, autocast_bf16=False), seed=0)
     torch.set_num_threads(threads)
     actions = ["take apple", "take pear from table", "look around"]
+    premise = policy.tokenizer.decode(policy.premise_ids([policy.action_ids(a) for a in actions]))
+    assert "user\nAdmissible actions: take apple, take pear from table, look around<|im_end|>" in premise
+    assert premise.endswith("<|im_start|>assistant\n") and "Play." not in premise
     prompts = [policy.chat_split("Play.", "You see an apple."), policy.chat_split("Play.", "A pear.")]
     batched = policy.choose_batch(prompts, [actions, actions[:2]], greedy=True)
     alone = [

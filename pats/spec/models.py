@@ -55,9 +55,11 @@ class PolicySpec(SpecModel):
         "prompt) become its score. mean: their mean (length-normalized); sum: their sum (favours short "
         "actions); distinct_mean: the mean over the action's distinguishing tokens only, those after the "
         "longest token prefix it shares with another admissible action ('take' in 'take apple' / 'take "
-        "pear'); pmi: the sum minus the same action's sum after a fixed neutral premise (an empty system "
-        "message and the user message 'Action:'), the domain-conditional PMI of 'Surface Form "
-        "Competition' (Holtzman et al., 2021): what the prompt adds to the action beyond its surface form. "
+        "pear'); pmi: the sum minus the same action's sum after a neutral premise that holds only the "
+        "turn's last line, 'Admissible actions: ...' (an empty system message, that line as the user "
+        "message), the domain-conditional PMI of 'Surface Form Competition' (Holtzman et al., 2021): what "
+        "being listed and the action's own words are worth cancels, what the rest of the prompt (task, "
+        "observation, history, guidance) adds remains. "
         "The policy samples from softmax(score / temperature) under every rule, and trains that "
         "distribution.",
     )

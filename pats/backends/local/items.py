@@ -23,7 +23,6 @@ class Updatable(Protocol):
     trainer: LocalTrainerSpec
     device: torch.device
     pad_id: int
-    premise_ids: list[int]  # pmi scoring's neutral premise
     model: torch.nn.Module
     params: list[Tensor]
     optimizer: torch.optim.Optimizer
@@ -31,6 +30,8 @@ class Updatable(Protocol):
     def autocast_context(self) -> AbstractContextManager: ...
 
     def bf16_weights(self) -> AbstractContextManager: ...
+
+    def premise_ids(self, candidates: Sequence[Sequence[int]]) -> list[int]: ...
 
     def candidate_scores(
         self, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], model=None

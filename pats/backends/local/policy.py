@@ -4,7 +4,7 @@ Two ways to act, picked by `policy.action`:
 - `score_actions` / `choose`: the policy's distribution over the environment's admissible actions is
   softmax(score / temperature), a score being computed from the action's token log-probs given the
   prompt (the action's text followed by the end-of-turn token) by the `policy.score_normalization`
-  rule (mean, sum, distinct_mean, pmi: scoring.py; pmi's neutral premise is `NEUTRAL_PREMISE`). The
+  rule (mean, sum, distinct_mean, pmi: scoring.py; pmi's neutral premise is `premise_ids`). The
   prompt runs once and its KV cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
   together, their shared system prefix computed once. A 135M model cannot free-generate valid
   actions but ranks them well once scores are length-normalized (notes/facts.md);
@@ -32,15 +32,12 @@ from pats.backends.local.items import ChoiceItem, TrainItem
 from pats.backends.local.memory import one_malloc_arena, small_kernel_caches
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import run_update
+from pats.envs.prompting import admissible_line
 from pats.errors import BackendError
 from pats.models.files import resolve_model_dir
 from pats.spec.models import LocalTrainerSpec, PolicySpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# pmi scoring's neutral premise: a chat with an empty system message and this user message, opened for
-# the assistant's answer. It asks for an action and says nothing of the game, so an action's likelihood
-# after it is what the action's own words are worth anywhere (its surface form).
-NEUTRAL_PREMISE = "Action:"
 
 
 def bf16_autocast_supported(device: torch.device) -> bool:
@@ -81,7 +78,6 @@ class LocalPolicy:
         if self.eos_id is None:
             raise BackendError(f"the tokenizer of '{policy.model}' has no eos token to end a turn with")
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
-        self.premise_ids = self.chat_ids("", NEUTRAL_PREMISE)  # pmi scoring's (scoring.py)
         _check_plain_head(model)
         model.to(self.device)
 
@@ -148,6 +144,15 @@ class LocalPolicy:
         if 0 < len(head) < len(full) and full[: len(head)] == head:
             return head, full[len(head) :]
         return [], full
+
+    def premise_ids(self, candidates: Sequence[Sequence[int]]) -> list[int]:
+        """pmi scoring's neutral premise for a decision's candidates (`action_ids` of its actions): a
+        chat whose only message is the turn's last line, the admissible actions, opened for the
+        assistant's answer. An action's likelihood after it is what being listed and its own words
+        are worth; pmi keeps what the rest of the prompt adds. The actions' texts are decoded from
+        the candidates, so an update rebuilds the same premise from its `ChoiceItem`s."""
+        actions = [self.tokenizer.decode(c[:-1] if c and c[-1] == self.eos_id else c) for c in candidates]
+        return self.chat_ids("", admissible_line(actions))
 
     def action_ids(self, action: str) -> list[int]:
         """An action as the assistant writes it: its tokens, then the end-of-turn (eos) token.

@@ -18,19 +18,21 @@ How a candidate's token log-probs become its score is `policy.score_normalizatio
 - distinct_mean: the mean over its distinguishing tokens only, those after the longest token prefix
   it shares with another candidate of the same decision ("take" in "take apple" / "take pear"), so
   what the context adds to the 1-3 tokens that tell the actions apart is not divided by the rest;
-- pmi: the sum minus the same action's sum after a fixed neutral premise (`premise`: the assistant
-  turn after a bare "Action:" request), the domain-conditional PMI of Holtzman et al. 2021, "Surface
-  Form Competition": an action that is likely in any context (short, common words) gains nothing
-  from that alone. The premise's scores run in the same packed pass as the decisions, each distinct
-  action once per call, and without gradients are kept in the `PrefixStore` for the rollout's later
-  turns (they depend only on the weights). With gradients (the update) they are recomputed and
-  differentiated too: the trained distribution is the one actions are drawn from.
+- pmi: the sum minus the same action's sum after a neutral premise that holds only the decision's
+  list of actions (`premise(candidates)`: LocalPolicy.premise_ids, a chat whose one user message is
+  the turn's last line, "Admissible actions: ..."), the domain-conditional PMI of Holtzman et al.
+  2021, "Surface Form Competition": what an action gains from being listed, or from its own short
+  and common words, cancels; what the rest of the prompt (task, observation, history, guidance) adds
+  remains. The premises run in the same packed pass as the decisions, once per distinct set of
+  actions, and without gradients their scores are kept in the `PrefixStore` for the rollout's later
+  turns (they depend only on the weights and the set). With gradients (the update) they are
+  recomputed and differentiated too: the trained distribution is the one actions are drawn from.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 import torch
@@ -40,6 +42,7 @@ from pats.backends.local import grpo
 
 CACHE_ROWS = 16384  # prompt-cache rows (candidates x prompt tokens) per pass when scoring
 Normalization = Literal["mean", "sum", "distinct_mean", "pmi"]  # policy.score_normalization
+Premise = Callable[[Sequence[Sequence[int]]], Sequence[int]]  # a decision's candidates -> pmi's premise ids
 
 
 def distinct_starts(candidates: Sequence[Sequence[int]]) -> list[int]:
@@ -82,9 +85,9 @@ def rule_scores(
     )
 
 
-def _check_premise(normalization: Normalization, premise: Sequence[int]) -> None:
-    if normalization == "pmi" and not premise:
-        raise ValueError("pmi scoring needs the neutral premise's token ids (LocalPolicy.premise_ids)")
+def _check_premise(normalization: Normalization, premise: Premise | None) -> None:
+    if normalization == "pmi" and premise is None:
+        raise ValueError("pmi scoring needs the neutral premise of a decision (LocalPolicy.premise_ids)")
 
 
 def score_candidates(
@@ -95,16 +98,16 @@ def score_candidates(
     pad_id: int,
     chunk: int,
     normalization: Normalization,
-    premise: Sequence[int] = (),
+    premise: Premise | None = None,
 ) -> Tensor:
     """Score of each candidate after the prompt under the `normalization` rule (`rule_scores`);
-    pmi also scores them after `premise`. (K,)"""
+    pmi also scores them after `premise(candidates)`. (K,)"""
     table, mask = candidate_logprobs(model, prompt_ids, candidates, pad_id=pad_id, chunk=chunk)
     neutral = None
     if normalization == "pmi":
         _check_premise(normalization, premise)
         neutral = score_candidates(
-            model, premise, candidates, pad_id=pad_id, chunk=chunk, normalization="sum"
+            model, premise(candidates), candidates, pad_id=pad_id, chunk=chunk, normalization="sum"
         )
     return rule_scores(table, mask, candidates, normalization, neutral)
 
@@ -161,13 +164,13 @@ class PrefixStore:
 
     Valid for one set of weights and one autocast setting: make a new store for every rollout. Only
     the prefixes asked for by the latest `ensure` are kept, so an episode's prefix is dropped once
-    the episode has ended. `neutral` keeps each action's summed log-prob after the neutral premise
-    (pmi scoring), computed without gradients, for the rest of the rollout.
+    the episode has ended. `neutral` keeps, per set of candidate actions, their summed log-probs after
+    its neutral premise (pmi scoring), computed without gradients, for the rest of the rollout.
     """
 
     def __init__(self) -> None:
         self.kv: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = {}  # ids -> per layer (1, h, S, d)
-        self.neutral: dict[tuple[int, ...], Tensor] = {}  # action ids -> () score after the premise
+        self.neutral: dict[tuple[tuple[int, ...], ...], Tensor] = {}  # candidates -> (K,) after the premise
 
     def ensure(self, decoder, prefixes: Sequence[tuple[int, ...]]) -> None:
         """Compute the prefixes not stored yet in one batched pass (right padding); forget the rest."""
@@ -242,7 +245,7 @@ def score_batch(
     pad_id: int,
     chunk: int,
     normalization: Normalization,
-    premise: Sequence[int] = (),
+    premise: Premise | None = None,
 ) -> list[Tensor]:
     """`score_candidates` for many prompts at once: one score vector (K_b,) each.
 
@@ -253,7 +256,7 @@ def score_batch(
     only, and position ids continue the prompt, so each candidate is scored as if it directly
     followed its prompt. One forward pass thus scores every candidate of many episodes, with
     thousands of rows per matmul instead of one prompt's worth, and little padding.
-    pmi adds the distinct actions after `premise` to the same pass (`_with_neutral`).
+    pmi adds each distinct set of candidates after its premise to the same pass (`_with_neutral`).
     """
     if any(not c for c in candidates):
         raise ValueError("no candidate actions to score")
@@ -262,6 +265,22 @@ def score_batch(
     if normalization == "pmi":
         _check_premise(normalization, premise)
         return _with_neutral(model, store, prefixes, prompts, candidates, premise, pad_id=pad_id, chunk=chunk)
+    tables = batch_logprobs(model, store, prefixes, prompts, candidates, pad_id=pad_id, chunk=chunk)
+    return [rule_scores(t, m, c, normalization) for (t, m), c in zip(tables, candidates, strict=True)]
+
+
+def batch_logprobs(
+    model,
+    store: PrefixStore,
+    prefixes: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    chunk: int,
+) -> list[tuple[Tensor, Tensor]]:
+    """Per decision, its candidates' (token log-probs, mask), each (K_b, L_b) left-aligned: what
+    `score_batch` computes every rule from (bench/ceiling.py computes them all from one pass)."""
     # Identical decisions (a group's episodes all start from the same prompt) are scored once.
     decisions = [
         (tuple(h), tuple(r), tuple(map(tuple, c)))
@@ -269,7 +288,7 @@ def score_batch(
     ]
     unique = list(dict.fromkeys(decisions))
     if len(unique) < len(decisions):
-        scores = score_batch(
+        tables = batch_logprobs(
             model,
             store,
             [h for h, _, _ in unique],
@@ -277,10 +296,8 @@ def score_batch(
             [c for _, _, c in unique],
             pad_id=pad_id,
             chunk=chunk,
-            normalization=normalization,
-            premise=premise,
         )
-        of = dict(zip(unique, scores, strict=True))
+        of = dict(zip(unique, tables, strict=True))
         return [of[d] for d in decisions]
     decoder = model.get_decoder()
     keys = [tuple(p) for p in prefixes]
@@ -288,47 +305,41 @@ def score_batch(
     lengths = list(map(packed_length, prompts, candidates))
     width = max(lengths)
     rows = pack_rows(lengths, keys, width)
-    scores: dict[int, Tensor] = {}
+    tables: dict[int, tuple[Tensor, Tensor]] = {}
     per_pass = max(1, BATCH_TOKENS // width)
     for start in range(0, len(rows), per_pass):
         part = rows[start : start + per_pass]
         cache, spans = store.stack(decoder, [[keys[e] for e in row] for row in part])
-        scores |= _score_pass(
-            model, cache, spans, part, keys, prompts, candidates, width,
-            pad_id=pad_id, chunk=chunk, normalization=normalization,
-        )  # fmt: skip
-    return [scores[e] for e in range(len(prompts))]
+        tables |= _score_pass(
+            model, cache, spans, part, keys, prompts, candidates, width, pad_id=pad_id, chunk=chunk
+        )
+    return [tables[e] for e in range(len(prompts))]
 
 
-def _with_neutral(model, store, prefixes, prompts, candidates, premise, *, pad_id, chunk) -> list[Tensor]:
-    """pmi scores of `score_batch`: each decision's summed log-probs minus its actions' sums after
-    the premise. The distinct actions not in `store.neutral` are scored after the premise as extra
-    decisions of the same packed pass (at most as many per decision as the largest real one has, so
-    rows grow no wider); without gradients their scores are kept there for later turns."""
-    actions = list(dict.fromkeys(tuple(c) for cands in candidates for c in cands))
+def _with_neutral(
+    model, store, prefixes, prompts, candidates, premise: Premise, *, pad_id, chunk
+) -> list[Tensor]:
+    """pmi scores of `score_batch`: each decision's summed log-probs minus the same candidates' sums
+    after their premise. Each distinct set of candidates not in `store.neutral` is scored after its
+    premise as an extra decision of the same packed pass (no shared prefix); without gradients its
+    scores are kept there for later turns."""
+    sets = [tuple(map(tuple, cands)) for cands in candidates]
     known = store.neutral if not torch.is_grad_enabled() else {}
-    missing = [a for a in actions if a not in known]
-    size = max(len(c) for c in candidates)
-    extra = [missing[i : i + size] for i in range(0, len(missing), size)]
+    missing = [c for c in dict.fromkeys(sets) if c not in known]
     scores = score_batch(
         model,
         store,
-        [*prefixes, *[()] * len(extra)],
-        [*prompts, *[premise] * len(extra)],
-        [*candidates, *extra],
+        [*prefixes, *[()] * len(missing)],
+        [*prompts, *[premise(c) for c in missing]],
+        [*candidates, *missing],
         pad_id=pad_id,
         chunk=chunk,
         normalization="sum",
     )
-    neutral = dict(known)
-    for chunk_actions, got in zip(extra, scores[len(prompts) :], strict=True):
-        neutral |= dict(zip(chunk_actions, got, strict=True))
+    neutral = dict(known) | dict(zip(missing, scores[len(prompts) :], strict=True))
     if not torch.is_grad_enabled():
-        store.neutral |= {a: neutral[a] for a in missing}
-    return [
-        s - torch.stack([neutral[tuple(c)] for c in cands])
-        for s, cands in zip(scores[: len(prompts)], candidates, strict=True)
-    ]
+        store.neutral |= {c: neutral[c] for c in missing}
+    return [s - neutral[c] for s, c in zip(scores[: len(prompts)], sets, strict=True)]
 
 
 def packed_length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
@@ -356,10 +367,8 @@ def pack_rows(lengths: Sequence[int], prefixes: Sequence[tuple[int, ...]], width
     return rows
 
 
-def _score_pass(
-    model, cache, spans, rows, prefixes, prompts, candidates, width, *, pad_id, chunk, normalization
-):
-    """One forward pass over packed rows; see `score_batch`. {episode: scores (K_e,)}"""
+def _score_pass(model, cache, spans, rows, prefixes, prompts, candidates, width, *, pad_id, chunk):
+    """One forward pass over packed rows; see `score_batch`. {episode: (token log-probs, mask) (K_e, L)}"""
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     device = head.weight.device
     shape = (len(rows), width)
@@ -427,8 +436,7 @@ def _score_pass(
     filled[where] = 1
     out, at = {}, 0
     for e, count in order:  # each episode's candidates are rows [at, at + count) of the table
-        part = slice(at, at + count)
-        out[e] = rule_scores(table[part], filled[part], candidates[e], normalization)  # (K_e,)
+        out[e] = (table[at : at + count], filled[at : at + count])
         at += count
     return out
 
