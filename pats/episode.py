@@ -102,6 +102,13 @@ class Episode:
             result = result.model_copy(update={"admissible": before.admissible})
         self.state = result
 
+    def actions_taken(self) -> list[str]:
+        """The actions the environment accepted, in order (what `scaffold.plan_view` marks done): the
+        valid turns' actions, after the actions of a history the episode started from (an expert
+        state replayed for the likelihood gap has a history and no turns; its actions were accepted)."""
+        before = [action for action, _ in self.history[: len(self.history) - len(self.turns)]]
+        return before + [t.action for t in self.turns if t.valid]
+
     def record(self, scaffolded: bool) -> Rollout:
         return Rollout(
             id=self.id,

@@ -589,3 +589,40 @@ def test_cells_of_other_overrides_are_refused(tmp_path):
     args.set = [QWEN]
     with pytest.raises(SystemExit, match=r"set: \[\] there"):
         pilot.check_protocol(args, tmp_path)
+
+
+def test_the_ceiling_probe_picks_by_its_stated_rule_and_its_committed_picks_follow_from_its_pairs():
+    import ceiling
+
+    def rec(view, rule, t, gap, lo, over):
+        return {
+            "view": view,
+            "rule": rule,
+            "temperature": t,
+            "gap": (gap, lo, gap + 1),
+            "over_control": (over, 0, 1),
+        }
+
+    records = [
+        rec("next", "mean", 1.0, 0.5, 0.1, 0.6),
+        rec("next", "mean", 0.5, 1.0, 0.2, 0.6),  # the same view and rule: only the larger gap counts
+        rec("static", "pmi", 1.0, 0.9, 0.3, 0.2),
+        rec("progress", "sum", 1.0, 0.3, 0.01, 0.1),
+        rec("progress", "pmi", 1.0, 5.0, -0.1, 3.0),  # interval reaches 0: not eligible
+        rec("static", "sum", 1.0, 4.0, 1.0, 0.05),  # the control does as well: not eligible
+        rec("next", "sum", 1.0, 0.19, 0.1, 1.0),  # under 0.2 nats
+    ]
+    assert [(c["view"], c["rule"], c["temperature"]) for c in ceiling.pick(records)] == [
+        ("next", "mean", 0.5), ("static", "pmi", 1.0), ("progress", "sum", 1.0),
+    ]  # fmt: skip
+    folder = common.RESULTS / "ceiling"
+    data = json.loads((folder / "pairs.json").read_text())
+    committed = json.loads((folder / "picks.json").read_text())["picks"]
+    again = ceiling.pick(ceiling.cells(data["pairs"]))
+    assert [(c["view"], c["rule"], c["temperature"]) for c in again] == [
+        (c["view"], c["rule"], c["temperature"]) for c in committed
+    ]
+    assert (
+        ceiling.report(data).split("\n", 2)[2]
+        == (folder / "summary.md").read_text().strip().split("\n", 2)[2]
+    )

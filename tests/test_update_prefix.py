@@ -123,6 +123,15 @@ def test_prefix_sharing_gives_the_per_decision_gradient(policy, monkeypatch, kl_
     assert kl_coef == 0 or fast["kl"] > 1e-4  # the reference really differs
 
 
+@pytest.mark.parametrize("rule", ["distinct_mean", "pmi"])
+def test_prefix_sharing_gives_the_per_decision_gradient_under_each_scoring_rule(policy, monkeypatch, rule):
+    """pmi's premises run as extra decisions of the shared passes, with gradients: the same update."""
+    monkeypatch.setattr(policy, "spec", policy.spec.model_copy(update={"score_normalization": rule}))
+    slow, slow_grads = _update(policy, monkeypatch, False, 0.0)
+    fast, fast_grads = _update(policy, monkeypatch, True, 0.0)
+    _assert_same_update(fast, fast_grads, slow, slow_grads)
+
+
 def test_generate_sequences_share_their_system_prompt(policy):
     items = _sequences(policy)
     groups = training.update_groups(items, micro_batch=2, prefix_sharing=True)

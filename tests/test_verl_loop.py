@@ -26,7 +26,7 @@ from pats.backends.verl.data import task_rows
 from pats.envs.twx import TwxEnv
 from pats.logging.events import StepEndEvent, read_events
 from pats.models import resolve_model_dir
-from pats.scaffold.render import HEADER
+from pats.scaffold.render import HEADER, show_plans
 from pats.spec import load_spec
 from pats.spec.environments import TwxEnvSpec
 from pats.spec.models import EMBEDDED_POLICY
@@ -37,7 +37,13 @@ pytestmark = pytest.mark.slow  # a real model and real JVMs (still CPU, still in
 PROMPT, RESPONSE, MAX_NEW = 512, 300, 16
 
 
-def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE, placement: str = "system"):
+def make_spec(
+    tmp_path: Path,
+    max_turns: int = 4,
+    response: int = RESPONSE,
+    placement: str = "system",
+    plan_view: str = "static",
+):
     path = tmp_path / "spec.yaml"
     path.write_text(
         "\n".join(
@@ -46,7 +52,7 @@ def make_spec(tmp_path: Path, max_turns: int = 4, response: int = RESPONSE, plac
                 "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
                 f"  num_train_tasks: 2, num_eval_tasks: 1, max_turns: {max_turns}}}",
                 f"policy: {{max_new_tokens: {MAX_NEW}}}",
-                f"scaffold: {{probe_fraction: 0.5, placement: {placement}}}",
+                f"scaffold: {{probe_fraction: 0.5, placement: {placement}, plan_view: {plan_view}}}",
                 f"trainer: {{backend: verl, max_prompt_tokens: {PROMPT}, max_response_tokens: {response},",
                 "  tasks_per_step: 1, group_size: 2, gpus_per_node: 1, rollout_engine: sglang,",
                 "  micro_batch_per_gpu: 1}",
@@ -194,11 +200,13 @@ async def test_episodes_with_the_real_policy(tmp_path, monkeypatch, smol):
     assert step_end.metrics["train/groups"] == 1.0
 
 
-async def expert_worker(tmp_path, monkeypatch, split: str, placement: str = "system"):
+async def expert_worker(
+    tmp_path, monkeypatch, split: str, placement: str = "system", plan_view: str = "static"
+):
     """(spec, service, worker, task, plan): a loop worker whose server plays the task's expert plan."""
     # In the turn, the view (up to view_tokens, 256) comes with every observation: the loader asks room for it.
     response = 1600 if placement == "system" else 3200
-    spec, cfg = make_spec(tmp_path, max_turns=8, response=response, placement=placement)
+    spec, cfg = make_spec(tmp_path, max_turns=8, response=response, placement=placement, plan_view=plan_view)
     task, plan = await expert_task(TwxEnv(spec.environment), split)
     service, worker = loop_worker(cfg, monkeypatch)
     worker.llm_client = ExpertServer(worker.tokenizer, plan)
@@ -263,6 +271,32 @@ async def test_a_scaffold_placed_in_the_turn_stands_before_every_turns_actions(t
     assert len(users) == len(plan) and list(out.non_tensor_batch["success"]) == [1.0]
     for user in users:  # every turn: observation, guidance, then the admissible actions
         assert "- Look first." in user and user.index(HEADER) < user.index("Admissible actions:"), user
+
+
+@pytest.mark.parametrize("plan_view", ["progress", "next"])
+async def test_each_turn_shows_the_plans_progress_as_the_local_backend_does(tmp_path, monkeypatch, plan_view):
+    _, service, worker, task, plan = await expert_worker(
+        tmp_path, monkeypatch, "eval", placement="turn", plan_view=plan_view
+    )
+    text = "Steps to try: " + " -> ".join(plan)
+    version = service.scaffold.store.apply([AddEdit(kind="plan", scope=f"task:{task.id}", text=text)], step=0)
+
+    out = await worker.generate_sequences(
+        proto(task_rows([task], "twx", validation=True, with_scaffold=True))
+    )
+
+    prompt_len = int(out.batch["attention_mask"][0, :PROMPT].sum())
+    valid = int(out.batch["attention_mask"][0, PROMPT:].sum())
+    ids = out.batch["prompts"][0, PROMPT - prompt_len :].tolist() + out.batch["responses"][0, :valid].tolist()
+    chat = worker.tokenizer.decode(ids).split("<|im_start|>user", 1)[1]
+    users = [part.split("<|im_end|>")[0] for part in chat.split("<|im_start|>user")]
+    assert len(users) == len(plan) and list(out.non_tensor_batch["success"]) == [1.0]
+    assert list(out.non_tensor_batch["scaffold_version"]) == [version.hash]
+    view = f"{HEADER}\nThis task:\n- Plan: {text}"
+    for k, user in enumerate(users):  # turn k: the first k steps taken, the same guidance as show_plans
+        assert show_plans(view, plan[:k], plan_view) in user.split("\n\n"), user
+        assert (f"Next action: {plan[k]}" in user) == (plan_view == "next")
+        assert (f"{plan[k]} [next]" in user) == (plan_view == "progress")
 
 
 class LongWindedServer:

@@ -89,8 +89,13 @@ def render_prompt(
     if guidance:
         blocks.append(guidance)
     if admissible is not None:
-        blocks.append(f"Admissible actions: {', '.join(admissible)}")
+        blocks.append(admissible_line(admissible))
     return PromptParts(system=system, user="\n\n".join(blocks))
+
+
+def admissible_line(admissible: Sequence[str]) -> str:
+    """The turn's last line: the admissible actions (also pmi scoring's neutral premise, alone)."""
+    return f"Admissible actions: {', '.join(admissible)}"
 
 
 def parse_action(text: str, admissible: Sequence[str] | None) -> tuple[str, bool, str]:

@@ -8,13 +8,19 @@ as "Avoid: ..."). Under the token budget, entries are taken in that priority ord
 only if the whole rendered text still fits, counted with the policy's real tokenizer; one that does not
 fit is skipped and later, shorter ones may still fit.
 
+How a turn shows the view's plans is `scaffold.plan_view` (`show_plans`, called by `place`): as
+written (static), with the steps the episode has taken marked (progress), or as one "Next action:"
+line (next). The view itself, and the scaffold, stay as the reviser wrote them.
+
 Departure from the published method: the paper does not fix a layout or a packing rule for the view;
-this greedy most-specific-first packing is ours.
+this greedy most-specific-first packing is ours, and so are the progress and next plan views.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pats.protocols import TokenCounter
 from pats.types import EMPTY_VIEW, ScaffoldEntry, ScaffoldVersion, ScaffoldView, Task
@@ -23,6 +29,11 @@ HEADER = "Guidance for this task (from training):"
 SECTION_TITLES = {"task": "This task:", "type": "Tasks of this type:", "general": "All tasks:"}
 KIND_ORDER = {"plan": 0, "skill": 1, "mistake": 2}
 KIND_PREFIX = {"plan": "Plan: ", "skill": "", "mistake": "Avoid: "}
+STEP_SEPARATOR = " -> "  # between a plan's steps ("Steps to try: a -> b -> c", pats.reviser.rules)
+MORE_STEPS = "..."  # a last step that only says the plan was cut (rules.key_actions)
+DONE_MARK, NEXT_MARK = " [done]", " [next]"  # progress view
+NEXT_LINE = "Next action: {step}"  # next view
+_LABEL = re.compile(r"^([^:]{1,40}): ")  # "Steps to try: " before a plan's steps
 
 
 def scope_rank(entry: ScaffoldEntry, task: Task) -> int | None:
@@ -77,14 +88,107 @@ def render_view(
     return ScaffoldView(version=version, text=text, entry_ids=tuple(e.id for _, e in chosen), tokens=tokens)
 
 
-def place(view: ScaffoldView, placement: str) -> tuple[ScaffoldView, str]:
+def place(
+    view: ScaffoldView, placement: str, plan_view: str = "static", taken: Sequence[str] = ()
+) -> tuple[ScaffoldView, str]:
     """(the view for the system part, the guidance text for the turn) under `scaffold.placement`:
     'system' keeps the whole view in the system part; 'turn' moves its text next to the decision
     (render_prompt's `guidance`, before the admissible actions) and leaves the system part bare, so
-    scaffolded rollouts and probes share one system prompt."""
+    scaffolded rollouts and probes share one system prompt. In the turn, its plans are shown as
+    `plan_view` says given the actions the episode has `taken` (`show_plans`); the system part is the
+    same every turn, so it takes the static view only."""
     if placement == "turn":
-        return EMPTY_VIEW, view.text
+        return EMPTY_VIEW, show_plans(view.text, taken, plan_view)
+    if plan_view != "static":
+        raise ValueError(
+            f"plan_view {plan_view} needs placement 'turn' (the system part is fixed per episode)"
+        )
     return view, ""
+
+
+@dataclass(frozen=True)
+class PlanSteps:
+    """A plan entry's text read as steps: "<label>: <step> -> <step> -> ..." (the label optional)."""
+
+    label: str  # "Steps to try: ", or "" when the entry has none
+    steps: tuple[str, ...]  # the action strings, without a trailing MORE_STEPS
+    more: bool  # whether the plan ended with MORE_STEPS (cut at the rules reviser's length cap)
+
+
+def plan_steps(text: str) -> PlanSteps | None:
+    """The steps of a plan entry's text, or None when it is not a list of two or more steps joined by
+    STEP_SEPARATOR (free-text plans are shown as written under every plan_view)."""
+    label = _LABEL.match(text)
+    head = label.group(0) if label and STEP_SEPARATOR not in label.group(0) else ""
+    steps = [s.strip() for s in text[len(head) :].split(STEP_SEPARATOR)]
+    more = steps[-1] == MORE_STEPS
+    steps = steps[:-1] if more else steps
+    if len(steps) + more < 2 or not all(steps):
+        return None
+    return PlanSteps(head, tuple(steps), more)
+
+
+def steps_done(steps: Sequence[str], taken: Sequence[str]) -> list[bool]:
+    """Which steps the episode has taken: each action taken, in order, marks the earliest step not yet
+    marked whose action string it is (case and spacing aside). A step taken out of order is marked
+    too, so the next step is never one already done (in twc the items may be put away in any order)."""
+    same = [" ".join(s.lower().split()) for s in steps]
+    done = [False] * len(steps)
+    for action in taken:
+        key = " ".join(action.lower().split())
+        for i, step in enumerate(same):
+            if not done[i] and step == key:
+                done[i] = True
+                break
+    return done
+
+
+def show_plans(text: str, taken: Sequence[str], plan_view: str) -> str:
+    """A rendered view's text (`render_view`) with its plan entries shown as `plan_view` says, given
+    the actions the episode has taken: static, unchanged (the very same string); progress, each
+    step-list plan with its taken steps marked DONE_MARK and the next one NEXT_MARK; next, only the
+    line NEXT_LINE with the next step of the first plan (most specific first) that has one left, or,
+    when none has, the view without its step-list plans (empty if nothing else is left)."""
+    if plan_view == "static" or not text:
+        return text
+    plan_line = f"- {KIND_PREFIX['plan']}"
+    lines = text.split("\n")
+    if plan_view == "progress":
+        out = []
+        for line in lines:
+            plan = plan_steps(line[len(plan_line) :]) if line.startswith(plan_line) else None
+            if plan is None:
+                out.append(line)
+                continue
+            done = steps_done(plan.steps, taken)
+            upcoming = done.index(False) if False in done else None
+            shown = [s + (DONE_MARK if d else NEXT_MARK if i == upcoming else "")
+                     for i, (s, d) in enumerate(zip(plan.steps, done, strict=True))]  # fmt: skip
+            out.append(plan_line + plan.label + STEP_SEPARATOR.join(shown + [MORE_STEPS] * plan.more))
+        return "\n".join(out)
+    if plan_view == "next":
+        kept = []
+        for line in lines:
+            plan = plan_steps(line[len(plan_line) :]) if line.startswith(plan_line) else None
+            if plan is None:
+                kept.append(line)
+                continue
+            done = steps_done(plan.steps, taken)
+            if False in done:
+                return NEXT_LINE.format(step=plan.steps[done.index(False)])
+        return _without_empty_sections(kept)
+    raise ValueError(f"unknown plan_view '{plan_view}'; known: static, progress, next")
+
+
+def _without_empty_sections(lines: Sequence[str]) -> str:
+    """The header and the section titles that still head an entry; "" when no entry is left."""
+    titles = set(SECTION_TITLES.values())
+    out = []
+    for i, line in enumerate(lines):
+        if line in titles and (i + 1 == len(lines) or lines[i + 1] in titles):
+            continue
+        out.append(line)
+    return "\n".join(out) if any(line.startswith("- ") for line in out) else ""
 
 
 def with_scaffold(system_prompt: str, view: ScaffoldView) -> str:

@@ -49,8 +49,19 @@ class PolicySpec(SpecModel):
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(64, ge=1, le=8192, description="Per turn, in generate mode.")
-    score_normalization: Literal["mean", "sum"] = Field(
-        "mean", description="score mode: mean token log-prob (length-normalized) or the plain sum."
+    score_normalization: Literal["mean", "sum", "distinct_mean", "pmi"] = Field(
+        "mean",
+        description="score mode: how an action's token log-probs (its text and the end token, after the "
+        "prompt) become its score. mean: their mean (length-normalized); sum: their sum (favours short "
+        "actions); distinct_mean: the mean over the action's distinguishing tokens only, those after the "
+        "longest token prefix it shares with another admissible action ('take' in 'take apple' / 'take "
+        "pear'); pmi: the sum minus the same action's sum after a neutral premise that holds only the "
+        "turn's last line, 'Admissible actions: ...' (an empty system message, that line as the user "
+        "message), the domain-conditional PMI of 'Surface Form Competition' (Holtzman et al., 2021): what "
+        "being listed and the action's own words are worth cancels, what the rest of the prompt (task, "
+        "observation, history, guidance) adds remains. "
+        "The policy samples from softmax(score / temperature) under every rule, and trains that "
+        "distribution.",
     )
     init_adapter: str | None = Field(
         None,
@@ -94,6 +105,16 @@ class ScaffoldSpec(SpecModel):
         "decision, where a small policy reads it best). Probes and evaluation carry no scaffold text in "
         "either; both backends render it the same way.",
     )
+    plan_view: Literal["static", "progress", "next"] = Field(
+        "static",
+        description="How a turn shows the view's plan entries ('Steps to try: a -> b -> c'): static, as "
+        "written, every turn; progress, each step the episode has already taken marked [done] and the next "
+        "one [next] (each action taken, in order, marks the earliest unmarked step with that exact action "
+        "string); next, the whole guidance is the single line 'Next action: <the first plan's next step>' "
+        "(the view without its plan entries once no plan has a step left). Only how a turn renders the "
+        "view: the scaffold itself is unchanged. progress and next need placement: turn (the system part "
+        "is the same every turn).",
+    )
     budget: ScaffoldBudget = Field(default_factory=ScaffoldBudget)
     min_citations: int = Field(2, ge=0, le=10, description="Distinct cards each edit must cite.")
     review_budget_s: float = Field(
@@ -127,6 +148,15 @@ class ScaffoldSpec(SpecModel):
         if repeated:
             raise ValueError(f"card types listed twice: {', '.join(repeated)}; list each once")
         return cards
+
+    @model_validator(mode="after")
+    def _plan_view_in_the_turn(self) -> ScaffoldSpec:
+        if self.plan_view != "static" and self.placement != "turn":
+            raise ValueError(
+                f"plan_view: {self.plan_view} changes the guidance every turn, which only placement: turn "
+                "renders (the system part is fixed for the episode); write placement: turn, or plan_view: static"
+            )
+        return self
 
 
 class LLMSpec(SpecModel):

@@ -140,9 +140,11 @@ class LocalBackend:
     def prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:
         """(system, user) texts of the prompt the policy acts on at the episode's current state: the
         system part (instructions, task, a scaffold placed there) is the same every turn; a scaffold
-        placed in the turn goes before the admissible actions. The one place prompts are rendered:
-        acting, warm-start data and the benchmarks all read them here."""
-        system_view, guidance = place(ep.view, self.spec.scaffold.placement)
+        placed in the turn goes before the admissible actions, its plans shown as `scaffold.plan_view`
+        says. The one place prompts are rendered: acting, warm-start data and the benchmarks all read
+        them here."""
+        scaffold = self.spec.scaffold
+        system_view, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
         parts = render_prompt(
             self.instructions,
             ep.state.task_description,

@@ -2,9 +2,10 @@
 
 Two ways to act, picked by `policy.action`:
 - `score_actions` / `choose`: the policy's distribution over the environment's admissible actions is
-  softmax(score / temperature), a score being the sum or mean of the action's token log-probs given
-  the prompt (the action's text followed by the end-of-turn token). The prompt runs once and its KV
-  cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
+  softmax(score / temperature), a score being computed from the action's token log-probs given the
+  prompt (the action's text followed by the end-of-turn token) by the `policy.score_normalization`
+  rule (mean, sum, distinct_mean, pmi: scoring.py; pmi's neutral premise is `premise_ids`). The
+  prompt runs once and its KV cache is shared by the candidates (scoring.py); `choose_batch` scores all live episodes of a turn
   together, their shared system prefix computed once. A 135M model cannot free-generate valid
   actions but ranks them well once scores are length-normalized (notes/facts.md);
 - `generate`: batched sampling with left padding, temperature and top-p; `generate_batch` takes each
@@ -31,6 +32,7 @@ from pats.backends.local.items import ChoiceItem, TrainItem
 from pats.backends.local.memory import one_malloc_arena, small_kernel_caches
 from pats.backends.local.scoring import PrefixStore, score_batch, score_candidates, supports_batching
 from pats.backends.local.training import run_update
+from pats.envs.prompting import admissible_line
 from pats.errors import BackendError
 from pats.models.files import resolve_model_dir
 from pats.spec.models import LocalTrainerSpec, PolicySpec
@@ -143,6 +145,15 @@ class LocalPolicy:
             return head, full[len(head) :]
         return [], full
 
+    def premise_ids(self, candidates: Sequence[Sequence[int]]) -> list[int]:
+        """pmi scoring's neutral premise for a decision's candidates (`action_ids` of its actions): a
+        chat whose only message is the turn's last line, the admissible actions, opened for the
+        assistant's answer. An action's likelihood after it is what being listed and its own words
+        are worth; pmi keeps what the rest of the prompt adds. The actions' texts are decoded from
+        the candidates, so an update rebuilds the same premise from its `ChoiceItem`s."""
+        actions = [self.tokenizer.decode(c[:-1] if c and c[-1] == self.eos_id else c) for c in candidates]
+        return self.chat_ids("", admissible_line(actions))
+
     def action_ids(self, action: str) -> list[int]:
         """An action as the assistant writes it: its tokens, then the end-of-turn (eos) token.
         Tokenized alone; the template puts a newline before it, so no BPE merge crosses the seam."""
@@ -190,11 +201,12 @@ class LocalPolicy:
                 pad_id=self.pad_id,
                 chunk=self.trainer.logprob_chunk,
                 normalization=self.spec.score_normalization,
+                premise=self.premise_ids,
             )
 
     @torch.no_grad()
     def score_actions(self, prompt_ids: Sequence[int], actions: Sequence[str]) -> Tensor:
-        """Score of each action text after the prompt (sum or mean token log-prob per the spec). (K,)"""
+        """Score of each action text after the prompt (policy.score_normalization's rule). (K,)"""
         with self.acting_context():
             return self.candidate_scores(prompt_ids, [self.action_ids(a) for a in actions]).float().cpu()
 
@@ -226,6 +238,7 @@ class LocalPolicy:
                 pad_id=self.pad_id,
                 chunk=self.trainer.logprob_chunk,
                 normalization=self.spec.score_normalization,
+                premise=self.premise_ids,
             )
         return [self._pick(s.float().cpu(), greedy) for s in scores]
 

@@ -12,13 +12,28 @@ remaining prompts and candidates are packed into the rows of one forward pass, k
 attention mask. At batch 1 the matmuls are too small to use a CPU well; packed, they have
 thousands of rows. The update runs it with gradients too, one shared prefix at a time, its keys
 and values detached copies that collect their gradient (sharing.py).
+
+How a candidate's token log-probs become its score is `policy.score_normalization` (`rule_scores`):
+- mean / sum: the mean or sum over all its tokens (the end token included);
+- distinct_mean: the mean over its distinguishing tokens only, those after the longest token prefix
+  it shares with another candidate of the same decision ("take" in "take apple" / "take pear"), so
+  what the context adds to the 1-3 tokens that tell the actions apart is not divided by the rest;
+- pmi: the sum minus the same action's sum after a neutral premise that holds only the decision's
+  list of actions (`premise(candidates)`: LocalPolicy.premise_ids, a chat whose one user message is
+  the turn's last line, "Admissible actions: ..."), the domain-conditional PMI of Holtzman et al.
+  2021, "Surface Form Competition": what an action gains from being listed, or from its own short
+  and common words, cancels; what the rest of the prompt (task, observation, history, guidance) adds
+  remains. The premises run in the same packed pass as the decisions, once per distinct set of
+  actions, and without gradients their scores are kept in the `PrefixStore` for the rollout's later
+  turns (they depend only on the weights and the set). With gradients (the update) they are
+  recomputed and differentiated too: the trained distribution is the one actions are drawn from.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -26,6 +41,53 @@ from torch import Tensor
 from pats.backends.local import grpo
 
 CACHE_ROWS = 16384  # prompt-cache rows (candidates x prompt tokens) per pass when scoring
+Normalization = Literal["mean", "sum", "distinct_mean", "pmi"]  # policy.score_normalization
+Premise = Callable[[Sequence[Sequence[int]]], Sequence[int]]  # a decision's candidates -> pmi's premise ids
+
+
+def distinct_starts(candidates: Sequence[Sequence[int]]) -> list[int]:
+    """Per candidate, the index of its first distinguishing token: the length of the longest token
+    prefix it shares with any other candidate, at most its length - 1 (a duplicate keeps its last
+    token). The longest shared prefix is with a neighbour in sorted order, so one sort finds all."""
+    order = sorted(range(len(candidates)), key=lambda i: tuple(candidates[i]))
+    shared = [0] * len(candidates)
+    for a, b in zip(order, order[1:], strict=False):
+        x, y = candidates[a], candidates[b]
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        shared[a], shared[b] = max(shared[a], n), max(shared[b], n)
+    return [min(n, len(c) - 1) for n, c in zip(shared, candidates, strict=True)]
+
+
+def rule_scores(
+    token_logprobs: Tensor,
+    mask: Tensor,
+    candidates: Sequence[Sequence[int]],
+    normalization: Normalization,
+    neutral: Tensor | None = None,
+) -> Tensor:
+    """Scores of one decision's candidates from their token log-probs (K, L), left-aligned with
+    `mask` (K, L), under a `policy.score_normalization` rule (module docstring); `neutral` (K,): the
+    candidates' summed log-probs after the neutral premise, for pmi. (K,)"""
+    if normalization in ("mean", "sum"):
+        return grpo.sequence_score(token_logprobs, mask, normalization)
+    if normalization == "distinct_mean":
+        starts = torch.tensor(distinct_starts(candidates), device=mask.device)  # (K,)
+        columns = torch.arange(mask.shape[1], device=mask.device)  # (L,)
+        return grpo.sequence_score(token_logprobs, mask * (columns[None] >= starts[:, None]), "mean")
+    if normalization == "pmi":
+        if neutral is None:
+            raise ValueError("pmi scoring needs the candidates' scores after the neutral premise")
+        return grpo.sequence_score(token_logprobs, mask, "sum") - neutral
+    raise ValueError(
+        f"unknown score normalization '{normalization}'; known: {', '.join(get_args(Normalization))}"
+    )
+
+
+def _check_premise(normalization: Normalization, premise: Premise | None) -> None:
+    if normalization == "pmi" and premise is None:
+        raise ValueError("pmi scoring needs the neutral premise of a decision (LocalPolicy.premise_ids)")
 
 
 def score_candidates(
@@ -35,9 +97,26 @@ def score_candidates(
     *,
     pad_id: int,
     chunk: int,
-    normalization: Literal["mean", "sum"],
+    normalization: Normalization,
+    premise: Premise | None = None,
 ) -> Tensor:
-    """Sum or mean token log-prob of each candidate after the prompt. (K,)"""
+    """Score of each candidate after the prompt under the `normalization` rule (`rule_scores`);
+    pmi also scores them after `premise(candidates)`. (K,)"""
+    table, mask = candidate_logprobs(model, prompt_ids, candidates, pad_id=pad_id, chunk=chunk)
+    neutral = None
+    if normalization == "pmi":
+        _check_premise(normalization, premise)
+        neutral = score_candidates(
+            model, premise(candidates), candidates, pad_id=pad_id, chunk=chunk, normalization="sum"
+        )
+    return rule_scores(table, mask, candidates, normalization, neutral)
+
+
+def candidate_logprobs(
+    model, prompt_ids: Sequence[int], candidates: Sequence[Sequence[int]], *, pad_id: int, chunk: int
+) -> tuple[Tensor, Tensor]:
+    """(token log-probs, mask), each (K, L): every candidate's tokens after the prompt, left-aligned,
+    the mask 1 on real tokens. What every scoring rule is computed from (`rule_scores`)."""
     from transformers import DynamicCache
 
     if not candidates:
@@ -55,7 +134,7 @@ def score_candidates(
     cache = DynamicCache(config=model.config)
     last = decoder(input_ids=prompt, past_key_values=cache, use_cache=True).last_hidden_state[:, -1:]
     per_pass = k if torch.is_grad_enabled() else max(1, CACHE_ROWS // prompt.shape[1])
-    scores = []
+    tables = []
     for start in range(0, k, per_pass):
         n = min(per_pass, k - start)
         # The last pass may reuse the prompt's cache itself; earlier ones need their own copy.
@@ -69,9 +148,8 @@ def score_candidates(
         # Position j predicts candidate token j: the prompt's last state for j = 0, else the
         # candidate's own state at j - 1.
         hidden = torch.cat([last.expand(n, -1, -1), hidden[:, :-1]], dim=1)  # (n, L, H)
-        logprobs = grpo.hidden_logprobs(hidden, part_ids, head, chunk)  # (n, L)
-        scores.append(grpo.sequence_score(logprobs, part_mask, normalization))
-    return torch.cat(scores)  # (K,)
+        tables.append(grpo.hidden_logprobs(hidden, part_ids, head, chunk))  # (n, L)
+    return torch.cat(tables), mask  # (K, L) each
 
 
 # -- batched scoring for rollouts ---------------------------------------------------------------
@@ -86,11 +164,13 @@ class PrefixStore:
 
     Valid for one set of weights and one autocast setting: make a new store for every rollout. Only
     the prefixes asked for by the latest `ensure` are kept, so an episode's prefix is dropped once
-    the episode has ended.
+    the episode has ended. `neutral` keeps, per set of candidate actions, their summed log-probs after
+    its neutral premise (pmi scoring), computed without gradients, for the rest of the rollout.
     """
 
     def __init__(self) -> None:
         self.kv: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = {}  # ids -> per layer (1, h, S, d)
+        self.neutral: dict[tuple[tuple[int, ...], ...], Tensor] = {}  # candidates -> (K,) after the premise
 
     def ensure(self, decoder, prefixes: Sequence[tuple[int, ...]]) -> None:
         """Compute the prefixes not stored yet in one batched pass (right padding); forget the rest."""
@@ -164,7 +244,8 @@ def score_batch(
     *,
     pad_id: int,
     chunk: int,
-    normalization: Literal["mean", "sum"],
+    normalization: Normalization,
+    premise: Premise | None = None,
 ) -> list[Tensor]:
     """`score_candidates` for many prompts at once: one score vector (K_b,) each.
 
@@ -175,11 +256,31 @@ def score_batch(
     only, and position ids continue the prompt, so each candidate is scored as if it directly
     followed its prompt. One forward pass thus scores every candidate of many episodes, with
     thousands of rows per matmul instead of one prompt's worth, and little padding.
+    pmi adds each distinct set of candidates after its premise to the same pass (`_with_neutral`).
     """
     if any(not c for c in candidates):
         raise ValueError("no candidate actions to score")
     if any(not r for r in prompts):
         raise ValueError("each prompt needs a token after its prefix to predict the first candidate token")
+    if normalization == "pmi":
+        _check_premise(normalization, premise)
+        return _with_neutral(model, store, prefixes, prompts, candidates, premise, pad_id=pad_id, chunk=chunk)
+    tables = batch_logprobs(model, store, prefixes, prompts, candidates, pad_id=pad_id, chunk=chunk)
+    return [rule_scores(t, m, c, normalization) for (t, m), c in zip(tables, candidates, strict=True)]
+
+
+def batch_logprobs(
+    model,
+    store: PrefixStore,
+    prefixes: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    chunk: int,
+) -> list[tuple[Tensor, Tensor]]:
+    """Per decision, its candidates' (token log-probs, mask), each (K_b, L_b) left-aligned: what
+    `score_batch` computes every rule from (bench/ceiling.py computes them all from one pass)."""
     # Identical decisions (a group's episodes all start from the same prompt) are scored once.
     decisions = [
         (tuple(h), tuple(r), tuple(map(tuple, c)))
@@ -187,7 +288,7 @@ def score_batch(
     ]
     unique = list(dict.fromkeys(decisions))
     if len(unique) < len(decisions):
-        scores = score_batch(
+        tables = batch_logprobs(
             model,
             store,
             [h for h, _, _ in unique],
@@ -195,9 +296,8 @@ def score_batch(
             [c for _, _, c in unique],
             pad_id=pad_id,
             chunk=chunk,
-            normalization=normalization,
         )
-        of = dict(zip(unique, scores, strict=True))
+        of = dict(zip(unique, tables, strict=True))
         return [of[d] for d in decisions]
     decoder = model.get_decoder()
     keys = [tuple(p) for p in prefixes]
@@ -205,16 +305,41 @@ def score_batch(
     lengths = list(map(packed_length, prompts, candidates))
     width = max(lengths)
     rows = pack_rows(lengths, keys, width)
-    scores: dict[int, Tensor] = {}
+    tables: dict[int, tuple[Tensor, Tensor]] = {}
     per_pass = max(1, BATCH_TOKENS // width)
     for start in range(0, len(rows), per_pass):
         part = rows[start : start + per_pass]
         cache, spans = store.stack(decoder, [[keys[e] for e in row] for row in part])
-        scores |= _score_pass(
-            model, cache, spans, part, keys, prompts, candidates, width,
-            pad_id=pad_id, chunk=chunk, normalization=normalization,
-        )  # fmt: skip
-    return [scores[e] for e in range(len(prompts))]
+        tables |= _score_pass(
+            model, cache, spans, part, keys, prompts, candidates, width, pad_id=pad_id, chunk=chunk
+        )
+    return [tables[e] for e in range(len(prompts))]
+
+
+def _with_neutral(
+    model, store, prefixes, prompts, candidates, premise: Premise, *, pad_id, chunk
+) -> list[Tensor]:
+    """pmi scores of `score_batch`: each decision's summed log-probs minus the same candidates' sums
+    after their premise. Each distinct set of candidates not in `store.neutral` is scored after its
+    premise as an extra decision of the same packed pass (no shared prefix); without gradients its
+    scores are kept there for later turns."""
+    sets = [tuple(map(tuple, cands)) for cands in candidates]
+    known = store.neutral if not torch.is_grad_enabled() else {}
+    missing = [c for c in dict.fromkeys(sets) if c not in known]
+    scores = score_batch(
+        model,
+        store,
+        [*prefixes, *[()] * len(missing)],
+        [*prompts, *[premise(c) for c in missing]],
+        [*candidates, *missing],
+        pad_id=pad_id,
+        chunk=chunk,
+        normalization="sum",
+    )
+    neutral = dict(known) | dict(zip(missing, scores[len(prompts) :], strict=True))
+    if not torch.is_grad_enabled():
+        store.neutral |= {c: neutral[c] for c in missing}
+    return [s - neutral[c] for s, c in zip(scores[: len(prompts)], sets, strict=True)]
 
 
 def packed_length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
@@ -242,10 +367,8 @@ def pack_rows(lengths: Sequence[int], prefixes: Sequence[tuple[int, ...]], width
     return rows
 
 
-def _score_pass(
-    model, cache, spans, rows, prefixes, prompts, candidates, width, *, pad_id, chunk, normalization
-):
-    """One forward pass over packed rows; see `score_batch`. {episode: scores (K_e,)}"""
+def _score_pass(model, cache, spans, rows, prefixes, prompts, candidates, width, *, pad_id, chunk):
+    """One forward pass over packed rows; see `score_batch`. {episode: (token log-probs, mask) (K_e, L)}"""
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     device = head.weight.device
     shape = (len(rows), width)
@@ -311,8 +434,11 @@ def _score_pass(
     table[where] = logprobs  # (C, L): each candidate's token log-probs, left-aligned
     filled = torch.zeros_like(table, dtype=torch.long)  # (C, L)
     filled[where] = 1
-    scores = grpo.sequence_score(table, filled, normalization)  # (C,)
-    return dict(zip([e for e, _ in order], scores.split([c for _, c in order]), strict=True))
+    out, at = {}, 0
+    for e, count in order:  # each episode's candidates are rows [at, at + count) of the table
+        out[e] = (table[at : at + count], filled[at : at + count])
+        at += count
+    return out
 
 
 def _attention_mask(model, allowed: Tensor) -> Tensor:

@@ -165,6 +165,7 @@ class SharedPrefix:
                 pad_id=policy.pad_id,
                 chunk=policy.trainer.logprob_chunk,
                 normalization=policy.spec.score_normalization,
+                premise=policy.premise_ids,
             )
 
     def sequences(self, unit: Sequence[TrainItem]) -> tuple[Tensor, Tensor]:

@@ -169,7 +169,10 @@ class PatsAgentLoop(AgentLoopBase):
         await ep.reset(lambda t: env.call("reset", t))
         state = ep.state
         admissible = None if env.parses_output else (list(state.admissible) or None)
-        system_view, guidance = place(ep.view, spec.scaffold.placement)  # the same every turn
+        scaffold = spec.scaffold
+        # The system part is fixed for the episode; guidance in the turn follows the episode's progress
+        # under scaffold.plan_view (static: the same text every turn).
+        system_view, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
         parts = render_prompt(
             self.settings.instructions, state.task_description, (), state.observation, admissible, 0, guidance
         )
@@ -220,6 +223,7 @@ class PatsAgentLoop(AgentLoopBase):
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
                 break
             admissible = None if env.parses_output else (list(state.admissible) or None)
+            _, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
             user = render_prompt("", "", (), state.observation, admissible, 0, guidance).user
             previous = list(messages)
             messages.append({"role": "user", "content": user})
