@@ -33,18 +33,22 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS  # noqa: E402
 from stats import paired_bootstrap  # noqa: E402
 
+from pats.backends.local.scoring import Normalization  # noqa: E402
+
 OUT = RESULTS / "ceiling"
 VIEWS = ("static", "progress", "next")
-RULES = ("mean", "sum", "distinct_mean", "pmi")
+RULES: tuple[Normalization, ...] = get_args(Normalization)  # mean, sum, distinct_mean, pmi
 TEMPERATURES = (1.0, 0.5)
 # The rule that picks the play cells (bench/results/ceiling/PLAN.md, committed before the cells ran).
-PICK = {"gap_min": 0.2, "over_control_min": 0.1, "top": 3}
+PICK = {"gap_min": 0.2, "over_control_min": 0.1}
+PICK_TOP = 3
 
 
 async def measure(args) -> dict:
@@ -178,7 +182,7 @@ def pick(records: list[dict]) -> list[dict]:
         key = (c["view"], c["rule"])
         if key not in best or c["gap"][0] > best[key]["gap"][0]:
             best[key] = c
-    return sorted(best.values(), key=lambda c: -c["gap"][0])[: PICK["top"]]
+    return sorted(best.values(), key=lambda c: -c["gap"][0])[:PICK_TOP]
 
 
 def report(data: dict) -> str:
@@ -223,7 +227,9 @@ def main(argv=None) -> None:
         {k: c[k] for k in ("view", "rule", "temperature", "gap", "over_control")}
         for c in pick(cells(data["pairs"]))
     ]
-    (args.out / "picks.json").write_text(json.dumps({"rule": PICK, "picks": picks}, indent=1) + "\n")
+    (args.out / "picks.json").write_text(
+        json.dumps({"rule": PICK | {"top": PICK_TOP}, "picks": picks}, indent=1) + "\n"
+    )
     print(table)
     print("picked:", [(c["view"], c["rule"], c["temperature"]) for c in picks] or "none")
 

@@ -34,6 +34,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -200,7 +201,7 @@ def same_training(a: dict, b: dict) -> bool:
     return a["seed"] == b["seed"] and bool(a.get("train")) and a.get("train") == b.get("train")
 
 
-def identical_cells(cells: list[dict], others: list[dict] = ()) -> dict[tuple[str, int], str]:
+def identical_cells(cells: list[dict], others: Sequence[dict] = ()) -> dict[tuple[str, int], str]:
     """(condition, seed) -> the condition whose cell of the same seed trained identically
     (`same_training`). Within a campaign a cell is marked against the condition listed before it
     (CONDITIONS order); `others` (cells of other campaigns) are named `campaign's condition` and only

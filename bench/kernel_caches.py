@@ -94,8 +94,8 @@ def main() -> None:
     if args.updates > 1:
         ratios["later_updates"] = capped["later_updates_s"] / default["later_updates_s"]
     result = {"caps": KERNEL_CACHES, "runs": runs, "summary": summary, "capped/default": ratios}
-    out = write_result("kernel_caches", result, RESULTS)
-    print(f"wrote {out}")
+    path = write_result("kernel_caches", result, RESULTS)
+    print(f"wrote {path}")
     for name, s in summary.items():
         later = "-" if s["later_updates_s"] is None else f"{s['later_updates_s']:.1f} s"
         print(

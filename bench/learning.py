@@ -188,7 +188,9 @@ def summarize(out: Path, b: Budget, conditions) -> dict:
     paired = {seed: paired_steps(runs, seed) for seed in b.seeds}
     rows: dict[str, dict] = {}
     for cond in conditions:
-        seeds, informative, early, with_s, without_s, tokens, turns, curves = [], [], [], [], [], [], [], []
+        seeds, informative, early, tokens, turns, curves = [], [], [], [], [], []
+        with_s: list[float | None] = []  # None: a seed whose steps held no such rollout
+        without_s: list[float | None] = []
         outcomes: dict[int, dict[str, float]] = {}  # seed -> task -> success
         for seed in b.seeds:
             run_dir = out / f"{cond}-s{seed}"

@@ -92,6 +92,15 @@ class ReplayBackend:
     async def evaluate(self, tasks, views):
         return []
 
+    def save(self, directory):
+        self.real.save(directory)
+
+    def load(self, directory):
+        self.real.load(directory)
+
+    async def close(self):
+        await self.real.close()
+
 
 async def measure(args, b: Budget, base: list[str], work: Path) -> dict:
     from pats.backends.local.backend import LocalBackend

@@ -192,8 +192,11 @@ def chosen_lr(cells: list[dict], top_layers: int, seeds: list[int]) -> float | N
     change it, so a cell that cannot matter need not run first; None until then."""
     lo, hi = {}, {}
     for lr in LRS:
-        finals = [final_pool(c) for c in cells
-                  if c.get("lr") == lr and c.get("top_layers") == top_layers and c["seed"] in seeds]  # fmt: skip
+        # A cell without a pool measurement (--no-pool-eval) counts as missing.
+        mine = [
+            c for c in cells if c.get("lr") == lr and c.get("top_layers") == top_layers and c["seed"] in seeds
+        ]
+        finals = [f for f in map(final_pool, mine) if f is not None]
         lo[lr] = sum(finals) / len(seeds)
         hi[lr] = (sum(finals) + len(seeds) - len(finals)) / len(seeds)
     for lr in sorted(LRS):  # the lowest lr chosen whatever the missing cells hold

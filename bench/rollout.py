@@ -65,7 +65,7 @@ def prompt_pass(backend: LocalBackend, tasks) -> dict:
         out = []
         for task in tasks:
             ep = Episode("b", task, EMPTY_VIEW, state=await env.reset(task))
-            actions = list(ep.state.admissible)
+            actions = list(ep.current.admissible)
             out.append((policy.chat_split(*backend.prompt_parts(ep, actions)), actions))
         await env.close()
         return out

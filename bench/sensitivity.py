@@ -164,8 +164,7 @@ class Probe:
         return family_skill_text(self.spec.environment.game, *found, len(traces))
 
     def control_text(self, tokens: int) -> str:
-        words = (CONTROL_TEXT + " ") * 4
-        words = words.split()
+        words = ((CONTROL_TEXT + " ") * 4).split()
         lo, hi = 1, len(words)
         while lo < hi:  # the longest prefix with at most `tokens` tokens
             mid = (lo + hi + 1) // 2

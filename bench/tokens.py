@@ -50,7 +50,9 @@ def token_summary(out: Path, seeds, modes=MODES) -> dict:
     for base in ("grow", "static", "none"):
         if "pats" in rows and base in rows:
             ratios[f"pats/{base}"] = {
-                k: rows["pats"][k] / rows[base][k] for k in ("per_rollout", "per_turn") if rows[base][k]
+                k: mine / theirs
+                for k in ("per_rollout", "per_turn")
+                if (theirs := rows[base][k]) and (mine := rows["pats"][k]) is not None
             }
     return {"modes": rows, "ratios": ratios}
 

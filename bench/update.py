@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import time
 from contextlib import nullcontext
@@ -47,6 +48,7 @@ from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 
 from pats.backends.local import sharing, training
 from pats.backends.local.backend import LocalBackend
+from pats.backends.local.items import ChoiceItem
 from pats.backends.local.memory import release_free_memory
 from pats.backends.local.policy import LocalPolicy
 from pats.engine.run import check_policy_inputs, make_env_factory
@@ -88,8 +90,11 @@ def main() -> None:
     backend = LocalBackend(spec, make_env_factory(spec))
     stored = decisions(backend, args.tasks)
     asyncio.run(backend.close())
-    top = spec.policy.model_copy(update={"lora": spec.policy.lora.model_copy(update={"top_layers": 8})})
-    top_policy = LocalPolicy(top, spec.trainer, spec.seed)
+    trainer, lora = spec.local_trainer(), spec.policy.lora
+    if lora is None:
+        parser.error("the update variants compare LoRA settings: the spec needs policy.lora")
+    top = spec.policy.model_copy(update={"lora": lora.model_copy(update={"top_layers": 8})})
+    top_policy = LocalPolicy(top, trainer, spec.seed)
     # name -> (policy, trainer.update_prefix_sharing); the first is the baseline of the ratios.
     # Without prefix sharing: score mode's shared passes (and one pass per decision), generate mode's
     # whole sequences.
@@ -125,9 +130,10 @@ def main() -> None:
     def run(name: str) -> float:
         items = [backend.train_item(s, adv, w) for s, adv, w in stored]
         policy, prefix_sharing = variants[name]
-        policy.trainer = spec.trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
+        policy.trainer = trainer.model_copy(update={"update_prefix_sharing": prefix_sharing})
         if name == "prefix-cast":  # autocast casting the frozen weights in every pass
-            policy.bf16_weights = nullcontext
+            # (ignore: the method is shadowed on this instance for one variant; `finally` removes it)
+            policy.bf16_weights = nullcontext  # type: ignore[method-assign]
         sharing.RECOMPUTE_PREFIX = name != "prefix-keep"
         sharing.PASS_TOKENS = pass_tokens // 2 if name == "prefix-half" else pass_tokens
         training.release_free_memory = (lambda: None) if name == "prefix-untrimmed" else release_free_memory
@@ -145,12 +151,12 @@ def main() -> None:
         for name in variants:
             seconds[name].append(run(name))
             print(f"  {name}: {seconds[name][-1]:.1f} s", flush=True)
-    gflop = {name: counted_gflop(lambda name=name: run(name)) for name in variants}
+    gflop = {name: counted_gflop(functools.partial(run, name)) for name in variants}
 
     items = [backend.train_item(s, adv, w) for s, adv, w in stored]
-    groups = training.update_groups(items, spec.trainer.micro_batch, prefix_sharing=True)
-    unshared = training.update_groups(items, spec.trainer.micro_batch, prefix_sharing=False)
-    prompt_tokens = sum(len(it.prompt_ids if args.action == "score" else it.input_ids) for it in items)
+    groups = training.update_groups(items, trainer.micro_batch, prefix_sharing=True)
+    unshared = training.update_groups(items, trainer.micro_batch, prefix_sharing=False)
+    prompt_tokens = sum(len(it.prompt_ids if isinstance(it, ChoiceItem) else it.input_ids) for it in items)
     median = {name: statistics.median(v) for name, v in seconds.items()}
     base = next(iter(variants))
     results = {

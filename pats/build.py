@@ -27,6 +27,7 @@ def _stats_judge(spec: ExperimentSpec):
 def _llm_judge(spec: ExperimentSpec):
     from pats.judges import LLMJudge
 
+    assert spec.judge.kind == "llm", "JUDGE_BUILDERS picks this builder by judge.kind"
     return LLMJudge(
         spec.judge, spec.scaffold.budget, spec.environment.kind, budget_s=spec.scaffold.review_budget_s
     )
@@ -39,6 +40,7 @@ def _rules_reviser(spec: ExperimentSpec, rules):
 def _llm_reviser(spec: ExperimentSpec, rules):
     from pats.reviser import LLMReviser
 
+    assert spec.reviser.kind == "llm", "REVISER_BUILDERS picks this builder by reviser.kind"
     sc = spec.scaffold
     llm = LLMReviser(
         spec.reviser, min_citations=sc.min_citations, removal=sc.removes, add_only=sc.mode == "grow"
@@ -60,6 +62,7 @@ def build_revisers(spec: ExperimentSpec):
     from pats.reviser import RulesReviser
 
     sc = spec.scaffold
+    assert sc.mode == "grow" or sc.mode == "pats", "only a scaffold that reviews has revisers"
     rules = RulesReviser(
         removal=sc.removes,
         min_citations=sc.min_citations,

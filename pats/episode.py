@@ -36,13 +36,19 @@ class Act:
     response_tokens: int = 0
 
 
-def read_output(text: str, admissible: list[str] | None, parses_output: bool, **tokens: int) -> Act:
+def read_output(
+    text: str,
+    admissible: list[str] | None,
+    parses_output: bool,
+    prompt_tokens: int = 0,
+    response_tokens: int = 0,
+) -> Act:
     """The policy's text as an action: the whole output for a free-text environment, else the
     admissible action it names (`parse_action`)."""
     if parses_output:
-        return Act(text.strip(), text, **tokens)
+        return Act(text.strip(), text, prompt_tokens=prompt_tokens, response_tokens=response_tokens)
     action, valid, reason = parse_action(text, admissible)
-    return Act(action, text, valid, reason, **tokens)
+    return Act(action, text, valid, reason, prompt_tokens, response_tokens)
 
 
 @dataclass
@@ -57,6 +63,12 @@ class Episode:
     won: bool = False
     done: bool = False
     error: str = ""
+
+    @property
+    def current(self) -> StepResult:
+        """The state the policy acts on (the episode was reset)."""
+        assert self.state is not None, "reset the episode first"
+        return self.state
 
     async def reset(self, reset: Callable[[Task], Awaitable[StepResult]]) -> None:
         try:

@@ -481,9 +481,10 @@ class LLMCaller:
                     )
                     result = parse(prediction) if parse is not None else prediction
                 except Exception as exc:
-                    kind = fault_kind(exc)
-                    if kind is None:
+                    fault = fault_kind(exc)
+                    if fault is None:
                         raise  # a bug, not an LLM fault: keep its traceback
+                    kind = fault
                     self.faults[kind] += 1
                     error = self.last_error = exc
                     self._count(started)
@@ -588,9 +589,9 @@ class LLMCaller:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if isinstance(error, asyncio.TimeoutError | TimeoutError) and not str(error):
             detail = f"no answer within {self.deadline_s:g}s"
-        elif getattr(error, "lm_response", None) is not None:  # an adapter parse failure
-            fields = ", ".join(getattr(error.signature, "output_fields", {}))
-            detail = f"answer without the fields [{fields}]: {str(error.lm_response)[:200]!r}"
+        elif (response := getattr(error, "lm_response", None)) is not None:  # an adapter parse failure
+            fields = ", ".join(getattr(getattr(error, "signature", None), "output_fields", {}))
+            detail = f"answer without the fields [{fields}]: {str(response)[:200]!r}"
         message = (
             f"{self.spec.model}: no usable answer after {attempts} attempt(s); last fault {kind}: "
             f"{detail[:300]} (faults so far: {dict(self.faults)}). Check the model, llm.api_base and the "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pats.errors import PrerequisiteError
 from pats.logging.events import EvalEvent, StepEndEvent, read_events
@@ -125,7 +125,7 @@ def plot_data(plot: Plot, steps: list[tuple[int, dict]], evals: list[tuple[int, 
     """What `plot` draws: per panel, each series with data as {key, label, source, x, y, offset}."""
     panels = []
     for panel in plot.panels:
-        drawn = []
+        drawn: list[dict[str, Any]] = []
         for series in panel.series:
             rows = steps if series.source == "step" else evals
             points = [(step, m[series.key]) for step, m in rows if series.key in m]
@@ -140,8 +140,8 @@ def plot_data(plot: Plot, steps: list[tuple[int, dict]], evals: list[tuple[int, 
                     }
                 )
         middle = (len(drawn) - 1) / 2
-        for i, series in enumerate(drawn):
-            series["offset"] = round((i - middle) * (0.8 / len(drawn) if panel.bars else OFFSET), 6)
+        for i, line in enumerate(drawn):
+            line["offset"] = round((i - middle) * (0.8 / len(drawn) if panel.bars else OFFSET), 6)
         panels.append(
             {
                 "ylabel": panel.ylabel,

@@ -244,8 +244,9 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     from pats.engine.run import make_env_factory
 
     start = time.time()
-    ws = spec.warm_start
     clone = cloning_spec(spec)
+    ws = spec.warm_start
+    assert ws is not None, "cloning_spec refuses a spec without one"
     make_env = make_env_factory(clone)
     backend, env = LocalBackend(clone, make_env), make_env()
     try:

@@ -185,6 +185,7 @@ def _unpack_members(archive: Path, keep: tuple[str, ...], out: Path) -> int:
                     continue
                 dest = out.joinpath(*parts)
                 dest.parent.mkdir(parents=True, exist_ok=True)
+                # (ignore: extractfile is None only for a member that is not a file, skipped above)
                 with tar.extractfile(member) as src, open(dest, "wb") as f:  # type: ignore[union-attr]
                     shutil.copyfileobj(src, f)
                 count += 1

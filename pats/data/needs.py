@@ -41,10 +41,8 @@ def spec_needs(path: Path, root: Path) -> list[Need]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notices about the spec belong to `pats validate`
         spec = load_spec(path)
-    needs = [
-        _need(rel, root)
-        for rel in sorted({_relative(v, root) for v in _strings(spec.model_dump(mode="json"))} - {None})
-    ]
+    found = {_relative(v, root) for v in _strings(spec.model_dump(mode="json"))}
+    needs = [_need(rel, root) for rel in sorted(r for r in found if r is not None)]
     if spec.environment.kind == "alfworld" and not getattr(spec.environment, "data_dir", None):
         games = os.environ.get("ALFWORLD_DATA", "")
         hint = "" if games else ": run alfworld-download, or add environment.data_dir='${data:alfworld}'"

@@ -47,7 +47,7 @@ class Engine:
 
     async def run(self, start_step: int = 0) -> int | None:
         """Train from `start_step`; returns the last finished step when a stop was requested early."""
-        tr, probes = self.spec.trainer, self.spec.probe_count()
+        tr, probes = self.spec.local_trainer(), self.spec.probe_count()
         end = StepEnd(self.scaffold, self.events, self.sinks, self.spec.scaffold.max_failed_reviews)
         if start_step == 0 and self.spec.eval.at_start:
             await self.evaluate(-1)
@@ -91,7 +91,7 @@ class Engine:
     async def _check_update(self, step: int, stats: UpdateStats, review: asyncio.Task) -> None:
         """Count updates skipped for a NaN/inf loss or gradient; stop after k in a row."""
         self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if stats.dropped_for_nonfinite else 0
-        if self.nonfinite_in_a_row >= self.spec.trainer.max_nonfinite_updates:
+        if self.nonfinite_in_a_row >= self.spec.local_trainer().max_nonfinite_updates:
             await asyncio.gather(review, return_exceptions=True)  # bounded by the review budget
             raise TrainingError(
                 f"step {step}: {self.nonfinite_in_a_row} updates in a row had a NaN/inf loss or gradient "

@@ -31,7 +31,7 @@ from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler
 from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
-from pats.logging.events import read_events
+from pats.logging.events import StepEndEvent, read_events
 from pats.logging.sinks import WandbSink
 from pats.registry import ENVIRONMENTS
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
@@ -123,7 +123,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
-    done = state.step if state else None
+    start = state.step + 1 if state else 0  # the first step this invocation trains
     count_tokens = token_counter(spec.policy.model)
     if state:
         backend.load(Path(state.path))
@@ -141,7 +141,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     wandb_id = state.wandb_id if state else None
     if spec.logging.wandb != "disabled":
         os.environ.setdefault("WANDB_DIR", str(run_dir))
-        sink = WandbSink(
+        wandb_sink = WandbSink(
             run_dir,
             spec.logging.project,
             spec.logging.entity,
@@ -150,9 +150,9 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
             spec.model_dump(mode="json"),
             run_id=wandb_id,
         )
-        sinks.append(sink)
-        wandb_id = sink.run_id
-    progress = ProgressSink(spec, start=(done + 1) if state else 0) if spec.logging.progress else None
+        sinks.append(wandb_sink)
+        wandb_id = wandb_sink.run_id
+    progress = ProgressSink(spec, start=start) if spec.logging.progress else None
     if progress:
         sinks.append(progress)
 
@@ -186,7 +186,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
     )
     received = _stop_on_signals(engine)
     try:
-        stopped = await engine.run(start_step=(done + 1) if state else 0)
+        stopped = await engine.run(start_step=start)
     except asyncio.CancelledError:
         if not received:
             raise
@@ -242,6 +242,7 @@ def _stop_on_signals(engine: Engine) -> list[int]:
     (the step in flight is lost; the last checkpoint is intact). Returns the signals received."""
     received: list[int] = []
     loop, main = asyncio.get_running_loop(), asyncio.current_task()
+    assert main is not None, "called from a task (train's)"
 
     def handle(signum: int) -> None:
         received.append(signum)
@@ -345,7 +346,7 @@ def _missing_folders(run_dir: Path) -> list[Path]:
 def _holds_a_step(run_dir: Path) -> bool:
     events = run_dir / "events.jsonl"
     return (run_dir / "checkpoints" / "latest.json").exists() or (
-        events.is_file() and bool(read_events(events, "step_end"))
+        events.is_file() and bool(read_events(events, StepEndEvent))
     )
 
 

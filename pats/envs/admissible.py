@@ -19,14 +19,18 @@ def spelling(admissible: tuple[str, ...]) -> dict[str, str]:
     return {normalize(action): action for action in admissible}
 
 
-def check_step(task: Task | None, last: StepResult | None, broken: bool, process: str) -> None:
-    """Raise what a step cannot follow: a dead game process, no reset yet, an ended episode."""
+def check_step(
+    task: Task | None, last: StepResult | None, broken: bool, process: str
+) -> tuple[Task, StepResult]:
+    """Raise what a step cannot follow: a dead game process, no reset yet, an ended episode; else the
+    episode's task and last state."""
     if broken:
         raise EnvironmentFault(f"the {process} died during this episode; reset() starts a new one")
     if task is None or last is None:
         raise RuntimeError("step() called before reset()")
     if last.done:
         raise RuntimeError(f"step() called after the episode of {task.id} ended; call reset()")
+    return task, last
 
 
 def rejected(last: StepResult, action: str) -> StepResult:

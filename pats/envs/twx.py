@@ -107,6 +107,7 @@ class TwxEnv:
     def tasks(self, split: str) -> list[Task]:
         """'train' -> train_fold, 'eval' -> eval_fold; a fold name ('dev', 'test') gives that fold
         with num_eval_tasks tasks. The i-th task uses the fold's i-th published seed."""
+        fold: str
         if split == "train":
             fold, count, field = self.spec.train_fold, self.spec.num_train_tasks, "num_train_tasks"
         elif split == "eval":
@@ -181,38 +182,42 @@ class TwxEnv:
         return self._last
 
     def _step(self, action: str) -> StepResult:
-        check_step(self._task, self._last, self._broken, "TextWorldExpress JVM")
+        task, last = check_step(self._task, self._last, self._broken, "TextWorldExpress JVM")
         command = self._spelling.get(normalize(action))
         if command is None:
-            return rejected(self._last, action)
+            return rejected(last, action)
         try:
-            infos = json.loads(self._jvm.server.stepJSON(command))
+            infos = json.loads(self._server.stepJSON(command))
         except _JVM_ERRORS as err:
             self._broken = True
             failure = self._stop_jvm()
-            raise EnvironmentFault(
-                f"TextWorldExpress JVM died during {self._task.id}: {err}{failure}"
-            ) from err
+            raise EnvironmentFault(f"TextWorldExpress JVM died during {task.id}: {err}{failure}") from err
         self._sent.append(command)
         score, won = _clamp(infos["score"]), bool(infos["tasksuccess"])
         if self.spec.reward == "win":
-            reward = 1.0 if won and not self._last.won else 0.0
+            reward = 1.0 if won and not last.won else 0.0
         else:
-            reward = score - self._last.score
+            reward = score - last.score
         # The same end conditions as textworld_express's own wrapper, without its step limit.
         done = won or bool(infos["taskfailure"]) or infos["score"] >= 1.0
         self._last = self._result(infos, reward=reward, done=done)
         return self._last
 
+    @property
+    def _server(self) -> Any:
+        """The JVM's game server; `_start_game` starts the JVM."""
+        assert self._jvm is not None, "no JVM: start a game first"
+        return self._jvm.server
+
     def _gold_path(self, task: Task) -> tuple[str, ...]:
         try:
             self._start_game(task, gold=True)
-            plan = tuple(str(action) for action in self._jvm.server.getGoldActionSequence())
+            plan = tuple(str(action) for action in self._server.getGoldActionSequence())
             if self._task is not None and self._last is not None and not self._last.done and not self._broken:
                 # Put the episode in progress back: same game, same actions (the games are deterministic).
                 self._start_game(self._task, gold=False)
                 for action in self._sent:
-                    self._jvm.server.stepJSON(action)
+                    self._server.stepJSON(action)
         except _JVM_ERRORS as err:
             self._broken = self._task is not None
             failure = self._stop_jvm()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -47,7 +47,7 @@ from pats.spec.models import LLMJudgeSpec, ScaffoldBudget
 from pats.types import Assessment, EvidenceCard, LLMUsage, RolloutGroup, ScaffoldEntry, Verdict
 
 GradeLabel = Literal["helpful", "redundant", "harmful", "stale"]
-GRADE_LABELS: tuple[str, ...] = GradeLabel.__args__  # type: ignore[attr-defined]
+GRADE_LABELS: tuple[GradeLabel, ...] = get_args(GradeLabel)
 
 
 class RubricExample(BaseModel):
@@ -169,7 +169,7 @@ def _verdict(item: dict[str, Any], card_ids: set[str]) -> Verdict:
         return unscored(f"cites unknown card(s) {', '.join(unknown)}")
     return Verdict(
         entry_id=entry_id,
-        label=label.strip().lower(),  # type: ignore[arg-type]
+        label=label.strip().lower(),
         reason=str(reason).strip(),
         cites=tuple(dict.fromkeys(cites)),
     )

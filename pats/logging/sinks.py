@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pats.errors import PrerequisiteError
 from pats.types import ScaffoldVersion
+
+WandbMode = Literal["offline", "online", "disabled"]  # logging.wandb
 
 
 class JsonlSink:
@@ -49,7 +52,7 @@ class WandbSink:
         run_dir: Path,
         project: str,
         entity: str | None,
-        mode: str,
+        mode: WandbMode,
         name: str,
         config: dict,
         run_id: str | None = None,
@@ -122,7 +125,7 @@ def finish(run) -> None:
 
 
 def log_report_artifact(
-    run_dir: Path, project: str, entity: str | None, mode: str, name: str, run_id: str, config: dict
+    run_dir: Path, project: str, entity: str | None, mode: WandbMode, name: str, run_id: str, config: dict
 ) -> None:
     """`pats report`'s folder as an artifact `<name>-report` of the run's own W&B run (resumed by id;
     offline, `wandb sync` uploads it to the same run). The run's name and config are given again: an

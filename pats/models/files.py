@@ -45,7 +45,8 @@ def _convert_embedded(target: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.float32)
     # The GGUF loader marks the model as quantized, which blocks save_pretrained; the weights are
     # plain fp32 after dequantization, so drop the marks (see notes/facts.md).
-    model.hf_quantizer = None
+    # (ignore: PreTrainedModel declares no hf_quantizer, so nn.Module types it Tensor | Module)
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.architectures = ["LlamaForCausalLM"]

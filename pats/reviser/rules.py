@@ -53,6 +53,7 @@ from pats.types import (
     EvidenceCard,
     ExpertData,
     FailureData,
+    FailureMode,
     LLMUsage,
     OutcomeData,
     Record,
@@ -127,6 +128,7 @@ class RulesReviser:
         self, t: str, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry], withdrawn: set[str]
     ) -> list[AddEdit]:
         max_skills, max_mistakes = MODE_BUDGETS[mode].skills, MODE_BUDGETS[mode].mistakes
+        assert max_skills is not None and max_mistakes is not None, "GUIDANCE_MODES count their ADDs"
         planned = {e.scope for e in view if e.kind == "plan"}
         open_tasks = [k for k in ev.task_ids if f"task:{k}" not in planned and not ev.all_passed(k)]
         # Plans from the policy's own successes first (rarest success first), then from expert plans.
@@ -196,7 +198,7 @@ class RulesReviser:
     def _mistake(self, t: str, ev: _Evidence, view: list[ScaffoldEntry]) -> AddEdit | None:
         found = {k: ev.facts(k, FailureData) for k in ev.task_ids if not ev.had_success(k)}
         failures = {k: f for k, f in found.items() if f is not None}
-        totals: dict[str, int] = {}
+        totals: dict[FailureMode, int] = {}
         for failure in failures.values():
             for failure_mode, n in failure.counts.items():
                 if failure_mode in MISTAKES and n:
@@ -276,9 +278,9 @@ class RulesReviser:
             for v in assessment.verdicts:
                 graded = next((e for e in removable if e.id == v.entry_id), None)
                 if graded is not None and v.label in WITHDRAWN_LABELS:
-                    task_id = graded.scope.removeprefix("task:") if graded.scope.startswith("task:") else None
+                    of_task = graded.scope.removeprefix("task:") if graded.scope.startswith("task:") else None
                     why = f"the judge graded it {v.label}" + (f": {v.reason}" if v.reason else "")
-                    delete(graded, why, [by_id.get(c) for c in v.cites], task_id)
+                    delete(graded, why, [by_id.get(c) for c in v.cites], of_task)
             utility = ev.of_type("utility")
             if shows_harm(utility):
                 left = [e for e in removable if e.id not in gone]

@@ -58,13 +58,10 @@ class EditError(PatsError):
 
 def content_hash(entries: Iterable[ScaffoldEntry]) -> str:
     """sha256 of the entries' canonical JSON (ids, kinds, scopes, texts, cites; not steps), 12 hex chars."""
-    payload = sorted(
-        (
-            {"id": e.id, "kind": e.kind, "scope": e.scope, "text": e.text, "cites": list(e.cites)}
-            for e in entries
-        ),
-        key=lambda item: item["id"],
-    )
+    payload = [
+        {"id": e.id, "kind": e.kind, "scope": e.scope, "text": e.text, "cites": list(e.cites)}
+        for e in sorted(entries, key=lambda e: e.id)
+    ]
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 

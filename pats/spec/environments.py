@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from importlib.metadata import entry_points
-from typing import Annotated, ClassVar, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union, get_args
 
 from pydantic import Field
 
@@ -33,7 +33,7 @@ AlfworldTaskType = Literal[
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 ]
-ALFWORLD_TASK_TYPES: tuple[str, ...] = AlfworldTaskType.__args__  # type: ignore[attr-defined]
+ALFWORLD_TASK_TYPES: tuple[AlfworldTaskType, ...] = get_args(AlfworldTaskType)
 
 ENTRY_POINT_GROUP = "pats.environments"
 
@@ -41,6 +41,9 @@ ENTRY_POINT_GROUP = "pats.environments"
 class EnvironmentSection(SpecModel):
     """What every environment section has. A subclass sets `kind: Literal["<name>"] = "<name>"` and the
     class attributes below."""
+
+    if TYPE_CHECKING:  # the field each subclass declares (here it would come first in every section)
+        kind: str
 
     INSTRUCTIONS: ClassVar[str] = ""
     """The rules and the answer format the policy reads first (never advice: that is the scaffold's)."""
@@ -279,9 +282,13 @@ def plugin_sections() -> list[type[EnvironmentSection]]:
 
 
 SECTIONS: dict[str, type[EnvironmentSection]] = {
-    kind_of(s): s
-    for s in (*BUILT_IN, *plugin_sections())  # type: ignore[misc]
+    kind: s
+    for s in (*BUILT_IN, *plugin_sections())
+    if (kind := kind_of(s)) is not None  # always: built in, or checked by plugin_sections
 }
 """Every environment kind a spec may name: the built-in ones, then installed plugins'."""
 
-EnvironmentSpec = Annotated[Union[tuple(SECTIONS.values())], Field(discriminator="kind")]  # noqa: UP007
+if TYPE_CHECKING:  # a type checker cannot know the installed plugins: to it, any section
+    EnvironmentSpec = EnvironmentSection
+else:
+    EnvironmentSpec = Annotated[Union[tuple(SECTIONS.values())], Field(discriminator="kind")]  # noqa: UP007

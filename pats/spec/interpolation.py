@@ -8,7 +8,7 @@ cannot resolve; `interpolation_issues` finds them all, each at its own YAML path
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -19,7 +19,7 @@ from pats.places import data_root
 
 # OmegaConf 2.4 deprecates register_new_resolver (a warning on every import) for register_resolver,
 # which in 2.3 is an older API without `replace`: the signature tells the two apart.
-_register = (
+_register: Callable[..., None] = (
     OmegaConf.register_resolver
     if "replace" in inspect.signature(OmegaConf.register_resolver).parameters
     else OmegaConf.register_new_resolver

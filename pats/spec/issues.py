@@ -12,6 +12,7 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from pats.errors import SpecIssue
 
@@ -34,7 +35,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _message(e: dict, path: list, parent: type[BaseModel] | None) -> str:
+def _message(e: ErrorDetails, path: list, parent: type[BaseModel] | None) -> str:
     kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
     if kind == "extra_forbidden":
         key = str(path[-1])

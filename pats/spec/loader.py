@@ -219,9 +219,9 @@ def _read_yaml(path: Path) -> tuple[dict, dict[tuple, int]]:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
-        line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
         raise SpecError(
-            SpecIssue("", f"YAML syntax error at {line}: {err.problem}; fix the YAML there", str(path))
+            SpecIssue("", f"YAML syntax error at {where}: {err.problem}; fix the YAML there", str(path))
         ) from None
     except yaml.YAMLError as err:
         raise SpecError(SpecIssue("", f"cannot read YAML: {err}", str(path))) from None
@@ -260,8 +260,12 @@ def _line_numbers(node, prefix: tuple = ()) -> dict[tuple, int]:
             lines.update(_line_numbers(value_node, path))
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            lines[(*prefix, i)] = item.start_mark.line + 1
-            lines.update(_line_numbers(item, (*prefix, i)))
+            path = (
+                *prefix,
+                i,
+            )  # named: mypy (target 3.10) takes lines[(*prefix, i)] for a 3.11 starred subscript
+            lines[path] = item.start_mark.line + 1
+            lines.update(_line_numbers(item, path))
     return lines
 
 
@@ -313,7 +317,9 @@ def _override_value(value: str, text: str, key: tuple) -> Any:
     source = _override_source(text)
     try:
         check_shape(yaml.compose(value, Loader=yaml.SafeLoader), source)  # aliases, nesting
-        parsed = OmegaConf.to_container(OmegaConf.from_dotlist(["v=" + value]), resolve=False)["v"]
+        container = OmegaConf.to_container(OmegaConf.from_dotlist(["v=" + value]), resolve=False)
+        assert isinstance(container, dict), "a dotlist makes a mapping"
+        parsed = container["v"]
     except SpecError as err:
         raise SpecError([SpecIssue(".".join(key), i.message, i.source) for i in err.issues]) from None
     except RecursionError:
@@ -419,7 +425,7 @@ def _resolve(merged: dict, file: str, origin: dict[tuple, _Layer]) -> dict:
             ),
             file=file,
         )
-    try:
+    try:  # (ignore: typed as any container; a mapping's is a dict)
         return OmegaConf.to_container(OmegaConf.create(merged), resolve=True)  # type: ignore[return-value]
     except RecursionError:
         raise SpecError(

@@ -19,7 +19,7 @@ from pats.spec.providers import default_key_env, key_mismatch
 
 EMBEDDED_POLICY = "smollm2-135m-instruct"
 CardType = Literal["outcome", "contrast", "failure", "utility", "expert"]
-DEFAULT_CARDS: tuple[str, ...] = ("outcome", "contrast", "failure", "utility")
+DEFAULT_CARDS: tuple[CardType, ...] = ("outcome", "contrast", "failure", "utility")
 
 
 class LoraSpec(SpecModel):
@@ -517,6 +517,25 @@ class ExperimentSpec(SpecModel):
         if self.scaffold.mode == "none":
             return 0
         return round(self.scaffold.probe_fraction * self.trainer.group_size)
+
+    def local_trainer(self) -> LocalTrainerSpec:
+        """The trainer section where the pats engine trains (trainer.backend: local)."""
+        if not isinstance(self.trainer, LocalTrainerSpec):
+            from pats.errors import PrerequisiteError
+
+            raise PrerequisiteError(
+                f"trainer.backend: {self.trainer.backend} trains through its own trainer, not the pats "
+                "engine; `pats run SPEC` launches it (see docs/verl.md)"
+            )
+        return self.trainer
+
+    def verl_trainer(self) -> VerlTrainerSpec:
+        """The trainer section of a run verl trains (trainer.backend: verl)."""
+        if not isinstance(self.trainer, VerlTrainerSpec):
+            from pats.errors import SpecError
+
+            raise SpecError("this needs trainer.backend: verl (see docs/verl.md)")
+        return self.trainer
 
 
 def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:

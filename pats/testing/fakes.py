@@ -47,8 +47,14 @@ class FakeEnv:
             return [f"go to {room}", f"take {item}"]
         return [f"go to {room}", f"take {item}", "unlock door"]
 
+    @property
+    def task(self) -> Task:
+        """The task of the episode in play."""
+        assert self._task is not None, "reset the environment first"
+        return self._task
+
     def _admissible(self) -> tuple[str, ...]:
-        plan = self.expert_plan(self._task)
+        plan = self.expert_plan(self.task)
         return tuple(sorted({"look", "inventory", *plan}))
 
     async def reset(self, task: Task) -> StepResult:
@@ -60,7 +66,7 @@ class FakeEnv:
         )
 
     async def step(self, action: str) -> StepResult:
-        plan = self.expert_plan(self._task)
+        plan = self.expert_plan(self.task)
         if action not in self._admissible():
             return StepResult(
                 observation="Nothing happens.",
@@ -134,7 +140,7 @@ class ScriptedBackend:
         )
 
     async def rollout(self, step: int, plans: Sequence[GroupPlan]) -> list[Played]:
-        groups = []
+        groups: list[Played] = []
         for plan in plans:
             rollouts = []
             for i in range(plan.size):

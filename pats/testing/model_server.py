@@ -85,24 +85,24 @@ class ServedModel:
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"]
         log = open(self._folder / "serve.log", "wb")  # noqa: SIM115 - closed with the process
         began = time.monotonic()
-        self._proc = subprocess.Popen(
+        self._proc = proc = subprocess.Popen(
             command, cwd=self._folder, env=env, stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
         try:
-            self._wait_ready(began)
+            self._wait_ready(proc, began)
         except BaseException:
             self.stop()
             raise
         self.started_s = time.monotonic() - began
         return self
 
-    def _wait_ready(self, began: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, began: float) -> None:
         url = f"http://127.0.0.1:{self.port}/health"
         while time.monotonic() - began < self.ready_s:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
                 raise PrerequisiteError(
-                    f"`transformers serve` exited with code {self._proc.returncode} before it was ready:\n"
+                    f"`transformers serve` exited with code {proc.returncode} before it was ready:\n"
                     + self.log_tail()
                 )
             try:
@@ -160,7 +160,8 @@ def _accept_max_completion_tokens() -> None:
             body = {**body, "max_tokens": body["max_completion_tokens"]}
         return build(self, body, model_generation_config, use_cb=use_cb)
 
-    ChatCompletionHandler._build_generation_config = build_reading_max_completion_tokens
+    # Patched on the class: transformers serve builds its handlers itself.
+    ChatCompletionHandler._build_generation_config = build_reading_max_completion_tokens  # type: ignore[method-assign]
     ChatCompletionHandler._unused_fields = set(ChatCompletionHandler._unused_fields) - {
         "max_completion_tokens"
     }

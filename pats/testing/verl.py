@@ -151,7 +151,8 @@ class StandInCheckpointManager:
     step (the rollout server now serves that version), `sleep_replicas()` after each sampling."""
 
     def __init__(self, server: PlanServer):
-        self.server, self.calls = server, []
+        self.server = server
+        self.calls: list[tuple[str, int | None]] = []
 
     def update_weights(self, global_steps: int) -> None:
         self.calls.append(("update_weights", global_steps))
@@ -174,7 +175,10 @@ class InProcessAgentLoops:
 
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="agent-loops", daemon=True).start()
-        self.worker = self.call(self._build(AgentLoopWorkerTQ.__ray_actor_class__, config, server))
+        # @ray.remote made the class a Ray ActorClass; its plain class, which runs here without a Ray
+        # actor, is kept as __ray_actor_class__, an attribute Ray sets at run time and does not declare.
+        plain = AgentLoopWorkerTQ.__ray_actor_class__  # type: ignore[attr-defined]
+        self.worker = self.call(self._build(plain, config, server))
         self.batches = []  # what the trainer handed over, step after step
 
     @staticmethod

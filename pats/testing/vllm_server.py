@@ -107,19 +107,19 @@ class VLLMServer:
         )
         log.close()
         try:
-            self._wait_ready(began)
+            self._wait_ready(self._proc, began)
         except BaseException:
             self.stop()
             raise
         self.started_s = time.monotonic() - began
         return self
 
-    def _wait_ready(self, began: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, began: float) -> None:
         url = f"http://127.0.0.1:{self.port}/health"
         while time.monotonic() - began < self.ready_s:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
                 raise PrerequisiteError(
-                    f"vLLM exited with code {self._proc.returncode} before it was ready:\n" + self.log_tail()
+                    f"vLLM exited with code {proc.returncode} before it was ready:\n" + self.log_tail()
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:

@@ -65,7 +65,7 @@ class Seat:
 class LocalBackend:
     def __init__(self, spec: ExperimentSpec, make_env: Callable[[], Env], policy: LocalPolicy | None = None):
         self.spec = spec
-        self.policy = policy or LocalPolicy(spec.policy, spec.trainer, spec.seed)
+        self.policy = policy or LocalPolicy(spec.policy, spec.local_trainer(), spec.seed)
         self.make_env = make_env
         self.envs: list[Env] = []  # reused across steps: an environment may hold a process (a JVM)
         self.instructions = instructions(spec.environment.kind, spec.policy.action)
@@ -147,9 +147,9 @@ class LocalBackend:
         system_view, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
         parts = render_prompt(
             self.instructions,
-            ep.state.task_description,
+            ep.current.task_description,
             ep.history,
-            ep.state.observation,
+            ep.current.observation,
             admissible,
             self.spec.environment.window,
             guidance,
@@ -166,7 +166,7 @@ class LocalBackend:
         are kept in `prefixes` across turns (else score mode goes one episode at a time and generate
         mode runs whole prompts)."""
         score = self.spec.policy.action == "score"
-        admissible = [list(s.episode.state.admissible) for s in live]
+        admissible = [list(s.episode.current.admissible) for s in live]
         parts = [
             self.prompt_parts(s.episode, a if score else a or None)
             for s, a in zip(live, admissible, strict=True)
@@ -195,6 +195,7 @@ class LocalBackend:
         out = []
         for seat, prompt, response, acts in zip(live, prompts, outputs, admissible, strict=True):
             text = self.policy.tokenizer.decode(response, skip_special_tokens=True)
+            assert isinstance(text, str), "one sequence decodes to one text"
             parses = seat.env.parses_output
             out.append(
                 read_output(

@@ -46,13 +46,16 @@ def hidden_logprobs(hidden: Tensor, targets: Tensor, head: torch.nn.Module, chun
     """
     if getattr(head, "bias", None) is not None:
         raise ValueError("the LM head has a bias; hidden_logprobs supports bias-free heads only")
+    weight = head.weight
+    if not isinstance(weight, Tensor):  # a Module's attributes are typed Tensor | Module
+        raise ValueError("the LM head has no weight tensor; hidden_logprobs supports linear heads only")
     out = []
     for start in range(0, hidden.shape[1], chunk):
         h, t = hidden[:, start : start + chunk], targets[:, start : start + chunk]
         if torch.is_grad_enabled() and h.requires_grad:
-            out.append(checkpoint(_chunk_logprobs, h, t, head.weight, use_reentrant=False))
+            out.append(checkpoint(_chunk_logprobs, h, t, weight, use_reentrant=False))
         else:
-            out.append(_chunk_logprobs(h, t, head.weight))
+            out.append(_chunk_logprobs(h, t, weight))
     return torch.cat(out, dim=1)
 
 

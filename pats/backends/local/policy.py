@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -69,6 +70,7 @@ class LocalPolicy:
         self.generator = torch.Generator(device="cpu").manual_seed(seed)  # sampling, kept apart
 
         source = resolve_model_dir(policy.model)
+        model: Any  # the transformers model; with LoRA, the peft model wrapping it
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[policy.dtype])
@@ -117,7 +119,9 @@ class LocalPolicy:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model.eval()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=trainer.lr, weight_decay=trainer.weight_decay)
+        self.optimizer: torch.optim.Optimizer = torch.optim.AdamW(
+            self.params, lr=trainer.lr, weight_decay=trainer.weight_decay
+        )
 
     # -- prompts and actions -------------------------------------------------------------------
 
@@ -151,7 +155,9 @@ class LocalPolicy:
         assistant's answer. An action's likelihood after it is what being listed and its own words
         are worth; pmi keeps what the rest of the prompt adds. The actions' texts are decoded from
         the candidates, so an update rebuilds the same premise from its `ChoiceItem`s."""
-        actions = [self.tokenizer.decode(c[:-1] if c and c[-1] == self.eos_id else c) for c in candidates]
+        actions = self.tokenizer.batch_decode(
+            [list(c[:-1] if c and c[-1] == self.eos_id else c) for c in candidates]
+        )
         return self.chat_ids("", admissible_line(actions))
 
     def action_ids(self, action: str) -> list[int]:
@@ -296,7 +302,7 @@ class LocalPolicy:
         the new tokens of each row, cut after its eos."""
         from transformers import GenerationConfig
 
-        sampling = {"do_sample": False}
+        sampling: dict[str, Any] = {"do_sample": False}
         if not greedy:  # top_k=0: only temperature and top-p shape the distribution
             sampling = {
                 "do_sample": True,
@@ -378,10 +384,10 @@ class LocalPolicy:
 
             weights = load_peft_weights(str(folder / "adapter"), device=str(self.device))
             result = set_peft_model_state_dict(self.model, weights)
-            if result.unexpected_keys:
-                raise BackendError(
-                    f"{folder}: adapter does not match policy.lora ({result.unexpected_keys[:3]})"
-                )
+            # (ignore: torch's _IncompatibleKeys, a namedtuple built from a list, is opaque to mypy)
+            unexpected = result.unexpected_keys  # type: ignore[attr-defined]
+            if unexpected:
+                raise BackendError(f"{folder}: adapter does not match policy.lora ({unexpected[:3]})")
         else:
             from transformers import AutoModelForCausalLM
 
@@ -449,8 +455,10 @@ def frozen_in_bf16(model: torch.nn.Module) -> Iterator[None]:
     A tied LM head gets its own copy; the embedding lookup keeps reading the fp32 table."""
     swapped = []
     for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if isinstance(module, torch.nn.Linear) and weight.dtype == torch.float32 and not weight.requires_grad:
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        weight = module.weight
+        if weight.dtype == torch.float32 and not weight.requires_grad:
             module.weight = torch.nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
             swapped.append((module, weight))
     try:

@@ -54,7 +54,8 @@ async def expert_pairs(env: Env, tasks: Sequence[Task]) -> list[ExpertPair]:
 
 async def _replay(env: Env, task: Task) -> list[ExpertPair]:
     plan = list(env.expert_plan(task) or [])
-    state, history, pairs, won = await env.reset(task), [], [], False
+    history: list[tuple[str, str]] = []
+    state, pairs, won = await env.reset(task), [], False
     for action in plan:
         if action not in state.admissible:
             break

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from pats.backends.local import grpo
+from pats.errors import BackendError
 
 CACHE_ROWS = 16384  # prompt-cache rows (candidates x prompt tokens) per pass when scoring
 Normalization = Literal["mean", "sum", "distinct_mean", "pmi"]  # policy.score_normalization
@@ -85,9 +86,11 @@ def rule_scores(
     )
 
 
-def _check_premise(normalization: Normalization, premise: Premise | None) -> None:
-    if normalization == "pmi" and premise is None:
+def _check_premise(premise: Premise | None) -> Premise:
+    """The premise pmi scores against; without one pmi cannot score."""
+    if premise is None:
         raise ValueError("pmi scoring needs the neutral premise of a decision (LocalPolicy.premise_ids)")
+    return premise
 
 
 def score_candidates(
@@ -105,9 +108,13 @@ def score_candidates(
     table, mask = candidate_logprobs(model, prompt_ids, candidates, pad_id=pad_id, chunk=chunk)
     neutral = None
     if normalization == "pmi":
-        _check_premise(normalization, premise)
         neutral = score_candidates(
-            model, premise(candidates), candidates, pad_id=pad_id, chunk=chunk, normalization="sum"
+            model,
+            _check_premise(premise)(candidates),
+            candidates,
+            pad_id=pad_id,
+            chunk=chunk,
+            normalization="sum",
         )
     return rule_scores(table, mask, candidates, normalization, neutral)
 
@@ -158,6 +165,17 @@ BATCH_TOKENS = 8192  # tokens (rows x row width) per forward pass when scoring a
 PAD, PROMPT = -1, 0  # segment ids of a row's tokens; candidate k of an episode is segment k + 1
 
 
+def _row_keys_values(layer: object, i: int, n: int) -> tuple[Tensor, Tensor]:
+    """Copies of row i's first n positions of one cache layer's keys and values, (1, h, n, d) each."""
+    from transformers.cache_utils import CacheLayerMixin
+
+    if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+        raise BackendError(
+            f"shared prompt prefixes need attention keys/values; this model's {type(layer).__name__} has none"
+        )
+    return layer.keys[i : i + 1, :, :n].clone(), layer.values[i : i + 1, :, :n].clone()
+
+
 class PrefixStore:
     """Keys and values of shared prompt prefixes (the system message: instructions, scaffold, task),
     each computed once and reused by every episode and turn that starts with it.
@@ -191,10 +209,7 @@ class PrefixStore:
         cache = DynamicCache(config=decoder.config)
         decoder(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
         for i, p in enumerate(missing):
-            self.kv[p] = [
-                (layer.keys[i : i + 1, :, : len(p)].clone(), layer.values[i : i + 1, :, : len(p)].clone())
-                for layer in cache.layers
-            ]
+            self.kv[p] = [_row_keys_values(layer, i, len(p)) for layer in cache.layers]
 
     def stack(self, decoder, rows: Sequence[Sequence[tuple[int, ...]]]):
         """(cache, spans): per row, its distinct prefixes one after another, rows right-padded to the
@@ -263,8 +278,9 @@ def score_batch(
     if any(not r for r in prompts):
         raise ValueError("each prompt needs a token after its prefix to predict the first candidate token")
     if normalization == "pmi":
-        _check_premise(normalization, premise)
-        return _with_neutral(model, store, prefixes, prompts, candidates, premise, pad_id=pad_id, chunk=chunk)
+        return _with_neutral(
+            model, store, prefixes, prompts, candidates, _check_premise(premise), pad_id=pad_id, chunk=chunk
+        )
     tables = batch_logprobs(model, store, prefixes, prompts, candidates, pad_id=pad_id, chunk=chunk)
     return [rule_scores(t, m, c, normalization) for (t, m), c in zip(tables, candidates, strict=True)]
 
@@ -288,7 +304,7 @@ def batch_logprobs(
     ]
     unique = list(dict.fromkeys(decisions))
     if len(unique) < len(decisions):
-        tables = batch_logprobs(
+        once = batch_logprobs(
             model,
             store,
             [h for h, _, _ in unique],
@@ -297,7 +313,7 @@ def batch_logprobs(
             pad_id=pad_id,
             chunk=chunk,
         )
-        of = dict(zip(unique, tables, strict=True))
+        of = dict(zip(unique, once, strict=True))
         return [of[d] for d in decisions]
     decoder = model.get_decoder()
     keys = [tuple(p) for p in prefixes]
@@ -427,8 +443,8 @@ def _score_pass(model, cache, spans, rows, prefixes, prompts, candidates, width,
         use_cache=cache is not None,
     ).last_hidden_state  # (R, W, H)
     picked = hidden[torch.tensor(at_row, device=device), torch.tensor(at_col, device=device)]  # (M, H)
-    targets = torch.tensor(targets, device=device)  # (M,)
-    logprobs = grpo.hidden_logprobs(picked[None], targets[None], head, chunk)[0]  # (M,)
+    target_ids = torch.tensor(targets, device=device)  # (M,)
+    logprobs = grpo.hidden_logprobs(picked[None], target_ids[None], head, chunk)[0]  # (M,)
     where = (torch.tensor(owner, device=device), torch.tensor(index, device=device))
     table = torch.zeros((numbered, max(index) + 1), dtype=logprobs.dtype, device=device)
     table[where] = logprobs  # (C, L): each candidate's token log-probs, left-aligned

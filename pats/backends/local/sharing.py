@@ -127,7 +127,10 @@ class SharedPrefix:
         computed = self._keys_values(checkpointed=RECOMPUTE_PREFIX)
         # Copies that need a gradient only where the layer's keys/values have one: below the
         # adapted layers (policy.lora.top_layers) nothing flows back, and the passes skip them.
-        leaves = [tuple(t.detach().requires_grad_(t.requires_grad) for t in pair) for pair in computed]
+        leaves = [
+            (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+            for k, v in computed
+        ]
         self.store.kv[prefix] = leaves
         self._graph = [
             (c, leaf)

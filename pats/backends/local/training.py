@@ -111,7 +111,7 @@ def _units(items: Sequence[Item], micro_batch: int) -> list[list[Item]]:
     """Backward units: sequences in micro-batches; choices with the same prompt and candidates
     together (one pass serves them all: the rollouts of a group share their first prompt, and
     often more when they take the same actions), each such set at batch 1."""
-    sequences = [it for it in items if isinstance(it, TrainItem)]
+    sequences: list[Item] = [it for it in items if isinstance(it, TrainItem)]
     units: list[list[Item]] = [sequences[i : i + micro_batch] for i in range(0, len(sequences), micro_batch)]
     same: dict[tuple, list[Item]] = {}
     for it in items:
@@ -129,34 +129,43 @@ def unit_logprobs(
     (then the unit is whole sequences or one decision's choices). Public beside `update_groups` so
     tests can check one unit's values after a shared prefix against its whole prompt's."""
     device = policy.device
-    if isinstance(unit[0], TrainItem) and shared.prefix:
-        return shared.sequences(unit)
-    if isinstance(unit[0], ChoiceItem) and shared.prefix:
-        decisions = list(dict.fromkeys((it.prompt_ids, it.candidates) for it in unit))
-        scores = dict(zip(decisions, shared.scores(decisions), strict=True))  # each (K_d,)
+    sequences, choices = _kinds(unit)
+    if sequences and shared.prefix:
+        return shared.sequences(sequences)
+    if choices and shared.prefix:
+        decisions = list(dict.fromkeys((it.prompt_ids, it.candidates) for it in choices))
+        scores_of = dict(zip(decisions, shared.scores(decisions), strict=True))  # each (K_d,)
         temperature = policy.spec.temperature
-        logp = [
-            torch.log_softmax(scores[it.prompt_ids, it.candidates].float() / temperature, dim=-1)[it.chosen]
-            for it in unit
+        each = [
+            torch.log_softmax(scores_of[it.prompt_ids, it.candidates].float() / temperature, dim=-1)[
+                it.chosen
+            ]
+            for it in choices
         ]
-        return torch.stack(logp).view(-1, 1), torch.ones((len(unit), 1), device=device)  # (B, 1)
-    if isinstance(unit[0], ChoiceItem):
-        first = unit[0]
+        return torch.stack(each).view(-1, 1), torch.ones((len(unit), 1), device=device)  # (B, 1)
+    if choices:
+        first = choices[0]
         scores = policy.candidate_scores(first.prompt_ids, first.candidates, model=model).float()  # (K,)
-        chosen = torch.tensor([it.chosen for it in unit], device=scores.device)  # (B,)
+        chosen = torch.tensor([it.chosen for it in choices], device=scores.device)  # (B,)
         logp = torch.log_softmax(scores / policy.spec.temperature, dim=-1)[chosen]
         return logp.view(-1, 1), torch.ones((len(unit), 1), device=device)
-    ids, attention, loss_mask = right_padded(unit, 0, policy.pad_id, device)  # (B, T) each
+    ids, attention, loss_mask = right_padded(sequences, 0, policy.pad_id, device)  # (B, T) each
     with policy.autocast_context():
         logp = grpo.token_logprobs(model, ids, attention, policy.trainer.logprob_chunk)  # (B, T - 1)
     return logp.float(), (loss_mask[:, 1:] * attention[:, 1:]).float()  # targets are tokens 1..T-1
 
 
+def _kinds(unit: Sequence[Item]) -> tuple[list[TrainItem], list[ChoiceItem]]:
+    """A unit's sequences and its choices, typed: one of the two is empty (`_units`)."""
+    return [it for it in unit if isinstance(it, TrainItem)], [it for it in unit if isinstance(it, ChoiceItem)]
+
+
 def _tokens(unit: Sequence[Item]) -> int:
-    if isinstance(unit[0], ChoiceItem):
-        decisions = dict.fromkeys((it.prompt_ids, it.candidates) for it in unit)
+    sequences, choices = _kinds(unit)
+    if choices:
+        decisions = dict.fromkeys((it.prompt_ids, it.candidates) for it in choices)
         return sum(len(c) for _, candidates in decisions for c in candidates)
-    return sum(sum(it.loss_mask[1:]) for it in unit)
+    return sum(sum(it.loss_mask[1:]) for it in sequences)
 
 
 def _unit_loss(
@@ -219,7 +228,7 @@ def _update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool) -> dic
     ref: list[Tensor] = []
     with torch.no_grad():
         if dropout:
-            old = _all_logprobs(policy, model, groups)
+            old[:] = _all_logprobs(policy, model, groups)
         if use_kl:  # the reference shares prefixes too: its own keys/values, adapter off
             with policy.reference_model() as reference:
                 ref = _all_logprobs(policy, reference, groups)
@@ -234,10 +243,11 @@ def _update(policy: Updatable, batch: Sequence[Item], one_per_pass: bool) -> dic
             shared = SharedPrefix(policy, model, group.prefix)  # the prefix's pass, with gradients
             for unit in group.units:
                 logp, mask = unit_logprobs(policy, model, unit, shared)  # (B, N)
-                if old[i] is None:
-                    old[i] = logp.detach()
+                old_logp = old[i]
+                if old_logp is None:
+                    old_logp = old[i] = logp.detach()
                 loss, clip_stats, kl = _unit_loss(
-                    trainer, unit, logp, old[i], mask, ref[i] if use_kl else None
+                    trainer, unit, logp, old_logp, mask, ref[i] if use_kl else None
                 )
                 share = sum(it.weight for it in unit) / total_weight  # this unit's part of the batch mean
                 (loss * share).backward()

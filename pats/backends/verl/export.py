@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pats.backends.verl.config import WORKER_ENV, check_overrides, require_verl
 from pats.backends.verl.launch import bundle_overrides, export_defaults, model_path, node_install, write_files
@@ -28,6 +29,7 @@ from pats.backends.verl.preflight import Needs, needs, verl_version_problem
 from pats.errors import PatsError, PrerequisiteError, SpecError, SpecIssue
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec
+from pats.spec.environments import AlfworldEnvSpec
 
 FILES = "files"  # the bundle's copies of the small files the spec reads
 
@@ -50,7 +52,7 @@ def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Exported:
     """`pats export verl SPEC OUT/`: a self-contained bundle, written whole or not at all."""
     _refuse_existing(out)
     require_verl()
-    problem = verl_version_problem(spec.trainer.rollout_engine)
+    problem = verl_version_problem(spec.verl_trainer().rollout_engine)
     if problem is not None:
         raise PrerequisiteError(f"{problem} (the export checks the config with this machine's verl)")
     copies, absolute = _spec_files(spec)
@@ -107,7 +109,7 @@ def _spec_files(spec: ExperimentSpec) -> tuple[tuple, tuple]:
         data["judge"]["rubric"] = str(PROMPTS_DIR / f"{spec.environment.kind}.yaml")
     copies, absolute = [], []
     for key in FILE_KEYS:
-        value = data
+        value: Any = data
         for part in key:
             value = value.get(part) if isinstance(value, dict) else None
         name = ".".join(key)
@@ -162,7 +164,7 @@ def _staged(out: Path) -> Iterator[Path]:
 
 def readme(spec: ExperimentSpec, done: Exported) -> str:
     """The bundle's README.md: what is in it and what the cluster must provide."""
-    tr = spec.trainer
+    tr = spec.verl_trainer()
     lines = [
         f"# {spec.name}: a pats run for verl",
         "",
@@ -198,7 +200,7 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
         lines.append(
             f"- `{key}`: {path} on every node{'' if here else ' (not found where the bundle was written)'}"
         )
-    if spec.environment.kind == "alfworld" and spec.environment.data_dir is None:
+    if isinstance(spec.environment, AlfworldEnvSpec) and spec.environment.data_dir is None:
         lines.append("- ALFWorld's games at `$ALFWORLD_DATA` (data_dir is unset).")
     env = ", ".join(f"{name}={value}" for name, value in done.env) or "none were set"
     lines += [

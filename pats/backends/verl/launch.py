@@ -123,7 +123,7 @@ def export_defaults() -> dict[str, str]:
 
 def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, str] | None = None) -> str:
     """launch.sh: `env` holds defaults for `WORKER_ENV` variables the launching shell does not set."""
-    tr = spec.trainer
+    tr = spec.verl_trainer()
     lines = [
         "#!/usr/bin/env bash",
         f"# Run: bash launch.sh            (pats spec '{spec.name}' as a verl GRPO run)",

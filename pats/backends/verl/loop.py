@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
@@ -42,6 +42,9 @@ from pats.protocols import Env
 from pats.scaffold import place, with_scaffold
 from pats.spec.models import ExperimentSpec
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class _OffLoopEnv:
@@ -167,7 +170,7 @@ class PatsAgentLoop(AgentLoopBase):
         step), as verl's own tool agent loop carries them."""
         spec = self.settings.spec
         await ep.reset(lambda t: env.call("reset", t))
-        state = ep.state
+        state = ep.current
         admissible = None if env.parses_output else (list(state.admissible) or None)
         scaffold = spec.scaffold
         # The system part is fixed for the episode; guidance in the turn follows the episode's progress
@@ -184,10 +187,14 @@ class PatsAgentLoop(AgentLoopBase):
             {"role": "user", "content": parts.user},
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
-        ids, mask, logprobs = list(prompt_ids), [], []
+        ids = list(prompt_ids)
+        mask: list[int] = []
+        logprobs: list[float] = []
         versions: dict[str, int] = {}
         request_id = uuid4().hex  # one per trajectory: the server's prefix cache keeps the history
-        eos = self.tokenizer.eos_token_id
+        # verl annotates its tokenizer `AutoTokenizer`, the factory class, not the tokenizer it holds.
+        tokenizer = cast("PreTrainedTokenizerBase", self.tokenizer)
+        eos = tokenizer.eos_token_id
         for _ in range(spec.environment.max_turns):
             room = self.response_length - len(mask)
             if ep.done or room <= 0:
@@ -212,13 +219,14 @@ class PatsAgentLoop(AgentLoopBase):
                 # Cut at max_tokens: close the turn as the chat template would (a context token, mask 0).
                 ids, mask = ids + [eos], mask + [0]
                 logprobs = logprobs + [0.0] if logprobs else logprobs
-            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-            admissible = None if env.parses_output else (list(ep.state.admissible) or None)
+            text = tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            assert isinstance(text, str), "one sequence decodes to one text"
+            admissible = None if env.parses_output else (list(ep.current.admissible) or None)
             tokens = {"prompt_tokens": len(ids) - len(out.token_ids), "response_tokens": len(out.token_ids)}
             await ep.step(
                 read_output(text, admissible, env.parses_output, **tokens), lambda a: env.call("step", a)
             )
-            state = ep.state
+            state = ep.current
             messages.append({"role": "assistant", "content": text})
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
                 break

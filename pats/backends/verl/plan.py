@@ -97,11 +97,24 @@ class ModelShape:
 
 # Published config.json values, for Hugging Face ids whose files are not on this machine (the plan
 # never downloads). Read from huggingface.co/<id>/blob/main/config.json; a local copy wins.
+@dataclass(frozen=True)
+class Published:
+    """A Qwen2.5 config.json's sizes; the small models tie their embeddings, all have q/k/v biases."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int = 151936
+    tied: bool = True
+
+
 KNOWN_CONFIGS = {
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(layers=24, hidden=896, intermediate=4864, heads=14, kv_heads=2),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(layers=28, hidden=1536, intermediate=8960, heads=12, kv_heads=2),
-    "Qwen/Qwen2.5-3B-Instruct": dict(layers=36, hidden=2048, intermediate=11008, heads=16, kv_heads=2),
-    "Qwen/Qwen2.5-7B-Instruct": dict(
+    "Qwen/Qwen2.5-0.5B-Instruct": Published(layers=24, hidden=896, intermediate=4864, heads=14, kv_heads=2),
+    "Qwen/Qwen2.5-1.5B-Instruct": Published(layers=28, hidden=1536, intermediate=8960, heads=12, kv_heads=2),
+    "Qwen/Qwen2.5-3B-Instruct": Published(layers=36, hidden=2048, intermediate=11008, heads=16, kv_heads=2),
+    "Qwen/Qwen2.5-7B-Instruct": Published(
         layers=28, hidden=3584, intermediate=18944, heads=28, kv_heads=4, vocab=152064, tied=False
     ),
 }
@@ -135,9 +148,19 @@ def model_shape(model: str) -> ModelShape:
     if path is not None:
         return shape_from_config(json.loads(Path(path).read_text(encoding="utf-8")), f"{path}")
     if model in KNOWN_CONFIGS:
-        known = {"vocab": 151936, "tied": True, "qkv_bias": True} | KNOWN_CONFIGS[model]
-        head_dim = known["hidden"] // known["heads"]
-        return ModelShape(**known, head_dim=head_dim, source=f"pats' table of published configs ({model})")
+        k = KNOWN_CONFIGS[model]
+        return ModelShape(
+            layers=k.layers,
+            hidden=k.hidden,
+            intermediate=k.intermediate,
+            heads=k.heads,
+            kv_heads=k.kv_heads,
+            head_dim=k.hidden // k.heads,
+            vocab=k.vocab,
+            tied=k.tied,
+            qkv_bias=True,
+            source=f"pats' table of published configs ({model})",
+        )
     raise PrerequisiteError(
         f"the memory plan needs the config.json of policy.model '{model}', which is neither a local "
         "directory, in the Hugging Face cache nor in pats' table of published configs; download it "

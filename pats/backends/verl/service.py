@@ -171,7 +171,7 @@ class ScaffoldService:
         """The view of the next rollout of group `uid` at verl step `global_steps`."""
         step = int(global_steps) - 1
         if self.first_step is not None:
-            self._check_first(step)
+            self._check_first(step, self.first_step)
         for older in sorted({g.step for g in self.groups.values() if g.step < step}):
             self._start_review(older)
         for older in [s for s in self.reviews if s < step]:
@@ -186,10 +186,10 @@ class ScaffoldService:
         group.pins += 1
         return Pinned(view=group.view if scaffolded else EMPTY_VIEW, scaffolded=scaffolded)
 
-    def _check_first(self, step: int) -> None:
-        """The first pin of a started or resumed service is of the step after the restored one, or
-        the scaffold would not match the policy verl restored."""
-        expected, self.first_step = self.first_step, None
+    def _check_first(self, step: int, expected: int) -> None:
+        """The first pin of a started or resumed service is of the step after the restored one
+        (`expected`), or the scaffold would not match the policy verl restored."""
+        self.first_step = None
         if step != expected:
             self.stopped = PrerequisiteError(
                 f"verl plays step {step} (global step {step + 1}) but the scaffold service restored "

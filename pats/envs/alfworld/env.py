@@ -74,6 +74,7 @@ class AlfworldEnv:
     def tasks(self, split: str) -> list[Task]:
         """'train' -> train_split (num_train_tasks games), 'eval' -> eval_split (num_eval_tasks); a
         split name gives that split with num_eval_tasks. Games are in the fixed order of task_seed."""
+        name: str
         if split == "train":
             name, count = self.spec.train_split, self.spec.num_train_tasks
         elif split == "eval":
@@ -155,24 +156,25 @@ class AlfworldEnv:
         return self._last
 
     def _step(self, action: str) -> StepResult:
-        check_step(self._task, self._last, self._broken, "ALFWorld game process")
+        task, last = check_step(self._task, self._last, self._broken, "ALFWorld game process")
         command = self._spelling.get(normalize(action))
         if command is None:
-            return rejected(self._last, action)
+            return rejected(last, action)
+        assert self._game is not None, "reset() starts the game process"
         try:
             answer = self._game.call({"op": "step", "action": command})
         except _Dead as err:
             self._broken = True
             failure = self._stop()
             raise EnvironmentFault(
-                f"the ALFWorld game process died during {self._task.id}: {err}{failure}"
+                f"the ALFWorld game process died during {task.id}: {err}{failure}"
             ) from err
         if "error" in answer:  # the game raised: its state is unknown, so this episode is over
             self._broken = True
-            raise EnvironmentFault(f"ALFWorld failed on '{command}' in {self._task.id}: {answer['error']}")
+            raise EnvironmentFault(f"ALFWorld failed on '{command}' in {task.id}: {answer['error']}")
         won = answer["won"]
-        reward = 1.0 if won and not self._last.won else 0.0
-        self._last = self._result(answer, answer["observation"], self._last.task_description, reward)
+        reward = 1.0 if won and not last.won else 0.0
+        self._last = self._result(answer, answer["observation"], last.task_description, reward)
         return self._last
 
     def _result(
@@ -221,6 +223,8 @@ class _Game:
             # when the parent closes the pipe or dies.
             start_new_session=True,
         )
+        assert self.process.stdin is not None and self.process.stdout is not None  # both PIPE
+        self._to, self._from = self.process.stdin, self.process.stdout
         # An env dropped without close() must not leave its process running (~150 MB each).
         self._reaper = weakref.finalize(self, _kill, self.process)
         hello = self._read()
@@ -232,18 +236,18 @@ class _Game:
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
+            self._to.write(json.dumps(request) + "\n")
+            self._to.flush()
         except OSError as err:  # BrokenPipeError: the child is gone
             raise _Dead(f"could not write to it ({err})") from err
         return self._read()
 
     def _read(self) -> dict[str, Any]:
-        ready, _, _ = select.select([self.process.stdout], [], [], CALL_TIMEOUT_S)
+        ready, _, _ = select.select([self._from], [], [], CALL_TIMEOUT_S)
         if not ready:
             _kill(self.process)
             raise _Dead(f"no answer within {CALL_TIMEOUT_S:.0f} s, killed it")
-        line = self.process.stdout.readline()
+        line = self._from.readline()
         if not line:
             self.process.wait(timeout=10)
             raise _Dead(f"it exited with code {self.process.returncode}")
@@ -279,7 +283,8 @@ def split_intro(text: str) -> tuple[str, str]:
 def _kill(process: subprocess.Popen) -> None:
     for pipe in (process.stdin, process.stdout):
         try:
-            pipe.close()  # the child reads EOF and exits on its own
+            if pipe is not None:
+                pipe.close()  # the child reads EOF and exits on its own
         except OSError:
             pass
     if process.poll() is None:

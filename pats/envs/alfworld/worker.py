@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 
 def main() -> None:
@@ -42,7 +43,8 @@ def main() -> None:
 
     import fast_downward
 
-    translate, translations = fast_downward.pddl2sas, {}
+    translate = fast_downward.pddl2sas
+    translations: dict[tuple, Any] = {}
 
     def memoized_pddl2sas(domain, problem, verbose=False, optimize=False):
         key = (domain, problem, optimize)
@@ -55,7 +57,8 @@ def main() -> None:
     fast_downward.pddl2sas = memoized_pddl2sas  # textworld looks it up on the module at each call
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True)
-    env, loaded = None, None
+    env: Any = None  # textworld's environment of the loaded game (textworld is untyped)
+    loaded = None
     for line in sys.stdin:  # ends when the parent closes the pipe or exits
         try:
             request = json.loads(line)

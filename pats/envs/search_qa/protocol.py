@@ -59,6 +59,7 @@ def parse_output(text: str) -> Action:
         return Action(
             None, reason=f"over-long {kind} ({len(content)} characters, at most {MAX_CONTENT_CHARS})"
         )
+    # (ignore: a str to the Literal kind; the pattern matches only "search" and "answer")
     return Action(kind, content)  # type: ignore[arg-type]
 
 

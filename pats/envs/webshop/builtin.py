@@ -135,10 +135,11 @@ def write_builtin(directory: str | Path) -> tuple[Path, Path, Path]:
     """Write the built-in catalog as WebShop files; returns (items, attributes, instructions) paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = tuple(directory / name for name in FILES)
+    items, attributes, instructions = (directory / name for name in FILES)
+    paths = (items, attributes, instructions)
     for path, data in zip(paths, generate(), strict=True):
         path.write_text(json.dumps(data, indent=1))
-    return paths  # type: ignore[return-value]
+    return paths
 
 
 def _asin(rng: random.Random, taken: set[str]) -> str:

@@ -65,6 +65,12 @@ class WebshopEnv:
         self._last: StepResult | None = None
 
     @property
+    def page(self) -> Page:
+        """The page of the episode in play."""
+        assert self._page is not None, "reset the environment first"
+        return self._page
+
+    @property
     def catalog(self) -> Catalog:
         return load_catalog(self.spec.catalog, self.spec.attributes, self.spec.instructions)
 
@@ -154,7 +160,7 @@ class WebshopEnv:
 
     def _apply(self, verb: str, arg: str) -> str:
         """Carry out one action on the page; returns why it cannot be done ('' when done)."""
-        page = self._page
+        page = self.page
         if verb == "search":
             if page.kind != "search":
                 return "there is no search bar on this page; click[back to search] first"
@@ -189,7 +195,7 @@ class WebshopEnv:
 
     def _clickables(self) -> dict[str, str]:
         """Lower-cased clickable text on the page -> what clicking it does."""
-        page = self._page
+        page = self.page
         out = {} if page.kind == "search" else {pages.BACK_TO_SEARCH.lower(): "back"}
         if page.kind == "results":
             if page.page > 1:
@@ -208,17 +214,17 @@ class WebshopEnv:
         return out
 
     def _shown(self) -> list[str]:
-        n, page = self.spec.search_results, self._page
+        n, page = self.spec.search_results, self.page
         return page.results[(page.page - 1) * n : page.page * n]
 
     def _buy(self) -> None:
-        page, catalog = self._page, self.catalog
+        page, catalog = self.page, self.catalog
         goal = catalog.goals[self._goal_index]
         reward, _ = get_reward(catalog.by_asin[page.asin], goal, catalog.by_asin[goal.asin], page.options)
         page.kind, page.reward = "done", reward
 
     def _render(self) -> StepResult:
-        page, catalog = self._page, self.catalog
+        page, catalog = self.page, self.catalog
         instruction = catalog.goals[self._goal_index].instruction
         if page.kind == "search":
             text = pages.search_page(instruction)
