@@ -145,9 +145,9 @@ def settled(none: dict | None, expert: dict | None) -> str | None:
 def run(args) -> None:
     args.cells.mkdir(parents=True, exist_ok=True)
     for name in args.settings:
-        for temperature in TEMPERATURES:
-            for placement in PLACEMENTS:
-                kinds = (["none"] if placement == PLACEMENTS[0] else []) + list(GUIDED)
+        for temperature in args.temperatures:
+            for placement in args.placements:
+                kinds = (["none"] if placement == args.placements[0] else []) + list(GUIDED)
                 ids = {k: cell_id(name, temperature, None if k == "none" else placement, k) for k in kinds}
                 if any(load(args.cells, ids[k]) is None for k in kinds):
                     asyncio.run(play(args, name, temperature, placement, kinds, ids))
@@ -206,6 +206,9 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
             None,
         )
     none, expert, control, family = (got[k] for k in ("none", "expert", "control", "family"))
+    assert (
+        none is not None and expert is not None and control is not None and family is not None
+    )  # all ran: see above
     d, lo, hi = paired_bootstrap(expert["per_task"], control["per_task"])
     gap = expert["likelihood_gap"].get("gap")
     checks = [
@@ -224,17 +227,20 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
     return row, all(checks)
 
 
-def report(folder: Path = CELLS, settings=tuple(VARIANTS)) -> str:
+def report(
+    folder: Path = CELLS, settings=tuple(VARIANTS), temperatures=TEMPERATURES, placements=PLACEMENTS
+) -> str:
     """The table of `settings` and of every other setting with cells in `folder` (summary.md is rewritten
-    whole: a run of some settings must not drop the rows of the others)."""
+    whole: a run of some settings must not drop the rows of the others), at `temperatures` and
+    `placements` (the grid's, unless a run played part of it)."""
     cells = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
     settings = [n for n in VARIANTS if n in settings or any(c.startswith(f"{n}-T") for c in cells)]
     rows = ["| setting | temperature | placement | none (<= 0.10) | expert (>= 0.25) | control | family "
             "| expert - control (>= +0.10, 95% CI over games excl. 0) | expert likelihood gap (>= 0.2) | verdict |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for name in settings:
-        for temperature in TEMPERATURES:
-            for placement in PLACEMENTS:
+        for temperature in temperatures:
+            for placement in placements:
                 rows.append(verdict(cells, name, temperature, placement)[0])
     table = "\n".join(rows)
     folder.mkdir(parents=True, exist_ok=True)
@@ -250,6 +256,10 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--settings", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--temperatures", nargs="+", type=float, default=list(TEMPERATURES), choices=TEMPERATURES,
+                   help="the grid's temperatures to play (default: both)")  # fmt: skip
+    p.add_argument("--placements", nargs="+", default=list(PLACEMENTS), choices=PLACEMENTS,
+                   help="the grid's placements to play; none (no guidance) is played once, with the first")  # fmt: skip
     p.add_argument("--tasks", type=int, default=16, help="probe games (training fold)")
     p.add_argument("--samples", type=int, default=8, help="sampled episodes per probe game")
     p.add_argument("--probe-offset", type=int, default=500, help="first probe game in the train fold")
@@ -280,8 +290,8 @@ def main(argv=None) -> None:
     if args.set or args.check:  # every spec the run would build, validated before anything loads
         try:
             for name in args.settings:
-                for temperature in TEMPERATURES:
-                    for placement in PLACEMENTS:
+                for temperature in args.temperatures:
+                    for placement in args.placements:
                         variant_spec(
                             name, temperature, placement, args.threads, args.warm_start, tuple(args.set)
                         )
@@ -290,12 +300,13 @@ def main(argv=None) -> None:
     check_overrides(args.cells, args.set)
     if args.check:
         print(
-            f"ok: {len(args.settings) * len(TEMPERATURES) * len(PLACEMENTS)} probe specs; cells go to {args.cells}"
+            f"ok: {len(args.settings) * len(args.temperatures) * len(args.placements)} probe specs; "
+            f"cells go to {args.cells}"
         )
         return
     if not args.report_only:
         run(args)
-    print(report(args.cells, args.settings))
+    print(report(args.cells, args.settings, args.temperatures, args.placements))
 
 
 if __name__ == "__main__":

@@ -626,3 +626,24 @@ def test_the_ceiling_probe_picks_by_its_stated_rule_and_its_committed_picks_foll
         ceiling.report(data).split("\n", 2)[2]
         == (folder / "summary.md").read_text().strip().split("\n", 2)[2]
     )
+
+
+def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, monkeypatch):
+    import stage0
+
+    played = []
+
+    async def play(args, name, temperature, placement, kinds, ids):
+        played.append((name, temperature, placement, tuple(kinds)))
+
+    monkeypatch.setattr(stage0, "play", play)
+    monkeypatch.setattr(stage0, "cells_folder", lambda warm, overrides: tmp_path)
+    stage0.main(["--settings", "twc", "--temperatures", "0.5", "--placements", "turn"])
+    assert played == [("twc", 0.5, "turn", ("none", "expert", "control", "family"))]
+    rows = (tmp_path / "summary.md").read_text().splitlines()[2:]
+    assert [r.split(" | ")[:3] for r in rows] == [["| twc", "0.5", "turn"]]
+    played.clear()
+    stage0.main(["--settings", "twc", "--temperatures", "1.0", "--placements", "system", "turn"])
+    # none (no guidance) is played once a temperature, with the first placement given
+    assert played == [("twc", 1.0, "system", ("none", "expert", "control", "family")),
+                      ("twc", 1.0, "turn", ("expert", "control", "family"))]  # fmt: skip
