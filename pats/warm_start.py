@@ -9,6 +9,14 @@ expert plan as a task-scoped scaffold view (the text the rules reviser writes fr
 "Steps to try: ..."), placed where `scaffold.placement` puts it, every turn; the others carry none. So
 the policy learns to follow guidance when it is there, not to play one game.
 
+Guidance can be made necessary (`necessary_fraction`, issue 34 item 4): in that share of the guided
+examples the target is not the expert's action but another admissible one, drawn with the seed, that
+the example's plan names as its next step (the plan is the expert's with that one step swapped). The
+game state cannot predict such a target; only reading the guidance can. A target is never an action
+the episode has already taken (the progress and next views would count it as done), and only steps
+within the plan's shown length are swapped. The report adds the NLL of those examples' own targets,
+before and after, beside the uniform guess's (log of the number of admissible actions).
+
 Training is the local backend's own update (training.run_update) with every advantage 1, one
 optimizer step per `batch_size` examples and one epoch per call: the PPO ratio is exactly 1 (no
 clipping), so the gradient is that of the mean negative log-likelihood of the expert's choice. Score
@@ -27,13 +35,15 @@ verl agent loop renders it).
 
 Departures: the guided/unguided split is per task (an episode is guided throughout), so the guided
 share of examples is close to, not exactly, `guided_fraction`; examples are expert decisions only
-(no corrective data, as DAgger would add).
+(no corrective data, as DAgger would add); a necessary example is one decision, not an episode (the
+game goes on from the expert's action), so `sft.parquet` holds the expert episodes only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import sys
 import time
@@ -61,7 +71,8 @@ class Example:
     system: str
     user: str
     admissible: tuple[str, ...]
-    action: str
+    action: str  # the target: the expert's action, or the one only the guidance names (necessary)
+    necessary: bool = False
 
 
 def warm_start_dir(spec: ExperimentSpec) -> Path:
@@ -98,6 +109,23 @@ def plan_view(task: Task, plan: Sequence[str], count_tokens, view_tokens: int) -
     return render_view([entry], task, count_tokens, view_tokens, "warm-start")
 
 
+def necessary_targets(pairs: Sequence, guided: set[str], fraction: float, seed: int) -> dict[int, str]:
+    """{index of a pair: its target} for round(fraction x eligible) of the guided tasks' decisions,
+    drawn once with the seed. Eligible: a decision within the plan's shown length with an admissible
+    action that is neither the expert's nor one the episode has taken; its target is one of those."""
+    from pats.reviser.rules import MAX_PLAN_ACTIONS
+
+    eligible = []
+    for i, p in enumerate(pairs):
+        taken = {action for action, _ in p.history}
+        options = sorted(a for a in p.state.admissible if a != p.action and a not in taken)
+        if p.task.id in guided and len(p.history) < MAX_PLAN_ACTIONS and options:
+            eligible.append((i, options))
+    rng = random.Random(seed)
+    chosen = sorted(rng.sample(eligible, round(fraction * len(eligible))))
+    return {i: rng.choice(options) for i, options in chosen}
+
+
 def guided_tasks(task_ids: Sequence[str], fraction: float, seed: int) -> set[str]:
     """round(fraction x tasks) of the tasks, drawn once with the seed."""
     order = sorted(task_ids)
@@ -111,12 +139,10 @@ def response_text(action: str) -> str:
 
 
 def nlls(policy, examples: Sequence[Example], score: bool) -> list[float]:
-    """Each example's NLL of the expert's choice, without gradients. Score mode: -log of the expert
-    action's probability in the distribution the policy acts from (softmax over the admissible actions
-    at the policy temperature, eval/expert_nll's quantity), all examples scored in batched passes;
-    generate mode: the mean token NLL of the expert response."""
-    import math
-
+    """Each example's NLL of its target (the expert's choice, or a necessary example's), without
+    gradients. Score mode: -log of the target's probability in the distribution the policy acts from
+    (softmax over the admissible actions at the policy temperature, eval/expert_nll's quantity), all
+    examples scored in batched passes; generate mode: the mean token NLL of the target response."""
     from pats.backends.local import grpo
     from pats.backends.local.sharing import right_padded
 
@@ -160,21 +186,28 @@ async def _examples(
     for p in pairs:
         plans.setdefault(p.task.id, []).append(p.action)
     guided = guided_tasks(list(plans), ws.guided_fraction, spec.seed)
-    views = {p.task.id: plan_view(p.task, plans[p.task.id], count, spec.scaffold.budget.view_tokens)
-             for p in pairs}  # fmt: skip
+    budget = spec.scaffold.budget.view_tokens
+    views = {p.task.id: plan_view(p.task, plans[p.task.id], count, budget) for p in pairs}
+    renamed = necessary_targets(pairs, guided, ws.necessary_fraction, spec.seed)
     score = spec.policy.action == "score"
 
-    def example(i: int, pair, view: ScaffoldView, is_guided: bool) -> Example:
+    def example(i: int, pair, view: ScaffoldView, is_guided: bool, target: str | None = None) -> Example:
         ep = Episode(f"warm-{i}", pair.task, view, state=pair.state, history=list(pair.history))
         acts = list(pair.state.admissible)
         system, user = backend.prompt_parts(ep, acts if score else acts or None)
         turn = len(pair.history)
-        return Example(pair.task.id, turn, is_guided, system, user, tuple(acts), pair.action)
+        return Example(pair.task.id, turn, is_guided, system, user, tuple(acts), target or pair.action,
+                       necessary=target is not None)  # fmt: skip
 
     train, with_plan, without = [], [], []
     for i, p in enumerate(pairs):
         own = p.task.id in guided
-        train.append(example(i, p, views[p.task.id] if own else EMPTY_VIEW, own))
+        if i in renamed:  # the expert's plan with this decision's step swapped for the target
+            t, plan = len(p.history), plans[p.task.id]
+            swapped = plan_view(p.task, [*plan[:t], renamed[i], *plan[t + 1 :]], count, budget)
+            train.append(example(i, p, swapped, True, renamed[i]))
+        else:
+            train.append(example(i, p, views[p.task.id] if own else EMPTY_VIEW, own))
         with_plan.append(example(i, p, views[p.task.id], True))
         without.append(example(i, p, EMPTY_VIEW, False))
     chats = _chats(spec, pairs, {t: views[t] if t in guided else EMPTY_VIEW for t in plans})
@@ -231,12 +264,15 @@ def _measure(
     training example's own NLL."""
     w = dict(zip(measured, nlls(policy, [with_plan[i] for i in measured], score), strict=True))
     wo = dict(zip(measured, nlls(policy, [without[i] for i in measured], score), strict=True))
+    necessary = [i for i in measured if train[i].necessary]  # their own prompt and target
+    own = dict(zip(necessary, nlls(policy, [train[i] for i in necessary], score), strict=True))
     return {
         f"nll_without_{when}": _mean(list(wo.values())),
         f"nll_with_{when}": _mean(list(w.values())),
         f"gap_{when}": _mean(list(wo.values())) - _mean(list(w.values())),
         f"nll_guided_examples_{when}": _mean([w[i] for i in measured if train[i].guided]),
-    }, {i: w[i] if train[i].guided else wo[i] for i in measured}
+        f"nll_necessary_examples_{when}": _mean(list(own.values())),
+    }, {i: own[i] if i in own else w[i] if train[i].guided else wo[i] for i in measured}
 
 
 async def _run(spec: ExperimentSpec, out: Path) -> dict:
@@ -257,10 +293,15 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     items = _items(policy, train, score)
     report: dict = {"examples": len(train), "tasks": len({ex.task_id for ex in train}),
                     "guided_share": _mean([float(ex.guided) for ex in train]),
-                    "action": clone.policy.action, "placement": clone.scaffold.placement}  # fmt: skip
+                    "necessary_share": _mean([float(ex.necessary) for ex in train]),
+                    "action": clone.policy.action, "placement": clone.scaffold.placement,
+                    "plan_view": clone.scaffold.plan_view}  # fmt: skip
     tasks = list(dict.fromkeys(ex.task_id for ex in train))[: ws.report_tasks]
     measured = [i for i, ex in enumerate(train) if ex.task_id in tasks]  # the NLLs cost ~ an epoch each
     report["measured_examples"] = len(measured)
+    # The uniform guess's NLL on the measured necessary examples: what reading has to beat.
+    report["nll_necessary_uniform"] = _mean([math.log(len(train[i].admissible)) for i in measured
+                                             if train[i].necessary])  # fmt: skip
 
     def say(text: str) -> None:  # progress on stderr, also when it is not a terminal
         print(f"warm start: {text}, {time.time() - start:.0f} s", file=sys.stderr, flush=True)

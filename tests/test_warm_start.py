@@ -163,3 +163,67 @@ def test_verl_gets_the_adapter_as_its_lora_adapter_path(tmp_path):
         spec, train_files="t", val_files="v", agent_loops="a", spec_path="s", run_dir="r", model_path="m"
     )
     assert f"actor_rollout_ref.model.lora_adapter_path={tmp_path}" in overrides
+
+
+def test_necessary_fraction_needs_guided_examples(tmp_path):
+    path = write_spec(tmp_path)
+    with pytest.raises(SpecError, match="necessary_fraction is a share of the guided examples"):
+        load_spec(path, ["warm_start.guided_fraction=0", "warm_start.necessary_fraction=0.5"])
+
+
+def test_necessary_targets_are_drawn_from_the_guided_tasks_untaken_other_actions():
+    from types import SimpleNamespace as NS
+
+    from pats.reviser.rules import MAX_PLAN_ACTIONS
+    from pats.warm_start import necessary_targets
+
+    def pair(task, history, admissible, action):
+        return NS(task=NS(id=task), history=tuple((a, "obs") for a in history),
+                  state=NS(admissible=admissible), action=action)  # fmt: skip
+
+    long = [f"go {k}" for k in range(MAX_PLAN_ACTIONS)]
+    pairs = [
+        pair("a", [], ["look", "take x", "open y"], "take x"),
+        pair("a", ["take x"], ["take x", "put x"], "put x"),  # only the taken action is left: ineligible
+        pair("a", ["take x", "put x"], ["look", "take x", "put x", "eat x"], "look"),
+        pair("b", [], ["look", "take z"], "take z"),  # task b is not guided
+        pair("a", long, ["look", "wait"], "look"),  # beyond the plan's shown steps
+    ]
+    every = necessary_targets(pairs, {"a"}, 1.0, seed=0)
+    assert sorted(every) == [0, 2]
+    assert every[0] in ("look", "open y") and every[2] == "eat x"  # neither the expert's nor taken
+    assert necessary_targets(pairs, {"a"}, 1.0, seed=0) == every  # drawn once with the seed
+    assert len(necessary_targets(pairs, {"a"}, 0.5, seed=3)) == 1
+    assert necessary_targets(pairs, {"a"}, 0.0, seed=0) == {}
+
+
+@pytest.mark.slow
+def test_a_necessary_example_names_its_target_only_in_the_guidance(tmp_path):
+    import asyncio
+
+    from pats.backends.local.backend import LocalBackend
+    from pats.engine.run import make_env_factory
+    from pats.warm_start import _examples, cloning_spec
+
+    spec = load_spec(write_spec(tmp_path), ["scaffold.plan_view=next", "warm_start.guided_fraction=1.0",
+                                            "warm_start.necessary_fraction=1.0"])  # fmt: skip
+    clone = cloning_spec(spec)
+    make_env = make_env_factory(clone)
+    backend, env = LocalBackend(clone, make_env), make_env()
+    try:
+        train, with_plan, _, chats = asyncio.run(_examples(clone, clone_ws(spec), backend, env))
+    finally:
+        asyncio.run(env.close())
+    necessary = [(ex, true) for ex, true in zip(train, with_plan, strict=True) if ex.necessary]
+    assert necessary, "every guided decision with another untaken action is eligible at fraction 1"
+    for ex, true in necessary:
+        assert ex.action != true.action and ex.action in ex.admissible
+        assert f"Next action: {ex.action}" in ex.user and f"Next action: {true.action}" in true.user
+    # verl's SFT rows are the expert episodes: every assistant turn is the expert's action
+    answers = [m["content"] for c in chats for m in c["messages"] if m["role"] == "assistant"]
+    assert answers == [f"<action>{ex.action}</action>" for ex in with_plan]
+
+
+def clone_ws(spec):
+    assert spec.warm_start is not None
+    return spec.warm_start

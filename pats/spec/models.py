@@ -467,6 +467,15 @@ class WarmStartSpec(SpecModel):
         description="Share of examples whose prompt carries the task's own expert plan as a task-scoped "
         "scaffold view, rendered where scaffold.placement puts it; the rest carry no guidance.",
     )
+    necessary_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the guided examples whose target is an admissible action other than the "
+        "expert's, drawn with the seed, that only the guidance names: the plan shown has that action as "
+        "its next step, so the game state cannot predict the target and only reading the guidance can "
+        "(issue 34, item 4). 0: every target is the expert's own action.",
+    )
     epochs: int = Field(3, ge=1, le=100, description="Passes over the examples.")
     lr: float = Field(1e-4, gt=0.0, lt=1.0)
     batch_size: int = Field(16, ge=1, description="Examples per optimizer step.")
@@ -476,6 +485,15 @@ class WarmStartSpec(SpecModel):
         description="The report's NLLs (with and without guidance, before and after) are measured on "
         "the decisions of the first N cloned tasks: measuring all of them costs about two epochs.",
     )
+
+    @model_validator(mode="after")
+    def _necessary_needs_guided(self) -> WarmStartSpec:
+        if self.necessary_fraction > 0 and self.guided_fraction == 0:
+            raise ValueError(
+                "necessary_fraction is a share of the guided examples, and guided_fraction is 0: "
+                "raise guided_fraction (e.g. 0.5) or set necessary_fraction: 0"
+            )
+        return self
 
 
 class LoggingSpec(SpecModel):
