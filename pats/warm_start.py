@@ -146,6 +146,8 @@ def nlls(policy, examples: Sequence[Example], score: bool) -> list[float]:
     from pats.backends.local import grpo
     from pats.backends.local.sharing import right_padded
 
+    if not examples:  # e.g. no necessary example among the measured ones
+        return []
     if score:
         split = [policy.chat_split(ex.system, ex.user) for ex in examples]
         chosen = policy.choose_batch(split, [list(ex.admissible) for ex in examples], greedy=True)
@@ -306,7 +308,10 @@ async def _run(spec: ExperimentSpec, out: Path) -> dict:
     def say(text: str) -> None:  # progress on stderr, also when it is not a terminal
         print(f"warm start: {text}, {time.time() - start:.0f} s", file=sys.stderr, flush=True)
 
-    say(f"{len(train)} examples from {report['tasks']} tasks ({report['guided_share']:.0%} guided)")
+    say(
+        f"{len(train)} examples from {report['tasks']} tasks ({report['guided_share']:.0%} guided, "
+        f"{report['necessary_share']:.0%} with a target only the guidance names)"
+    )
     nll, before = _measure(policy, train, with_plan, without, score, "before", measured)
     report |= nll
     say(f"NLL before: {nll['nll_without_before']:.3f} without guidance, {nll['nll_with_before']:.3f} with")
