@@ -122,22 +122,26 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
     from pats.models import token_counter
 
     counters: dict = {}
-    rows = []
+    rows: list[BundleScore] = []
+    path = OUT / f"{label}.json"
     for b in bundles:
-        count = counters.setdefault(b.policy_model, token_counter(b.policy_model))
+        if b.policy_model not in counters:
+            counters[b.policy_model] = token_counter(b.policy_model)
         reviser = make(b)
-        rows.append(score(b, reviser, count))
+        rows.append(score(b, reviser, counters[b.policy_model]))
         if hasattr(reviser, "caller"):
             reviser.caller.close()
         print(table(label, rows[-1:]).splitlines()[-2], flush=True)
+        # Written after every bundle: a run stopped part way keeps what it scored.
+        result = {
+            **meta,
+            "label": label,
+            "complete": len(rows) == len(bundles),
+            "summary": summary(rows),
+            "rows": [r.model_dump(mode="json") for r in rows],
+        }
+        path = write_result(label, result, OUT)
     print(table(label, rows))
-    result = {
-        **meta,
-        "label": label,
-        "summary": summary(rows),
-        "rows": [r.model_dump(mode="json") for r in rows],
-    }
-    path = write_result(label, result, OUT)
     print(f"wrote {path}")
     return path
 
@@ -161,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="llm.timeout_s per call")
     p.add_argument("--bundles", type=Path, default=BUNDLES, help="folder of bundle JSON files")
     p.add_argument("--only", nargs="*", default=[], help="keep bundles whose name contains one of these")
-    p.add_argument("--label", help="result name (default: from the model and structured setting)")
+    p.add_argument(
+        "--label",
+        help="result name (rules) or its prefix (an LLM: <label>-structured_<on|off|auto-...>); default from the model",
+    )
     p.add_argument("--runs", type=Path, default=Path("runs/reviser-bench"), help="root of --walkthrough runs")
     args = p.parse_args(argv)
 
@@ -198,9 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         from pats.testing import ServedModel
         from pats.testing.vllm_server import VLLMServer
 
-        kind = ServedModel if args.serve == "transformers" else VLLMServer
         began = time.monotonic()
-        server = kind(resolve_model_dir(EMBEDDED_POLICY), name=EMBEDDED_POLICY).start()
+        where = resolve_model_dir(EMBEDDED_POLICY)
+        # ALFWorld bundles' prompts pass VLLMServer's default 4,096 tokens (long card ids, two tasks'
+        # cards); 8,192 is the embedded model's own context, which transformers serve allows anyway.
+        server = (
+            ServedModel(where, name=EMBEDDED_POLICY, ready_s=900.0)
+            if args.serve == "transformers"
+            else VLLMServer(where, name=EMBEDDED_POLICY, ready_s=900.0, max_model_len=8192)
+        ).start()
         print(
             f"{args.serve} serving {server.model} at {server.base_url} after {time.monotonic() - began:.0f}s"
         )
@@ -218,10 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 llm["api_key_env"] = key_env
             decided = resolve_structured(llm)
             llm["structured"] = decided
-            name = (args.serve or "") + ("-" if args.serve else "") + model.replace("/", "_")
-            label = args.label or f"{name}-structured_{structured}" + (
-                f"-{decided}" if structured == "auto" else ""
-            )
+            name = args.label or ((args.serve or "") + ("-" if args.serve else "") + model.replace("/", "_"))
+            label = f"{name}-structured_{structured}" + (f"-{decided}" if structured == "auto" else "")
             run(label, bundles, lambda b, llm=llm: llm_reviser(b, llm), {**meta, "reviser": "llm", "llm": llm,
                 "structured_asked": structured, "server": args.serve})  # fmt: skip
     finally:
