@@ -105,11 +105,17 @@ def save(bundles: Sequence[ReviserBundle], folder: Path = BUNDLES) -> list[Path]
 
 
 def load(folder: Path = BUNDLES, names: Sequence[str] = ()) -> list[ReviserBundle]:
-    """The bundles in `folder`, by name; `names` keeps those whose name contains one of them."""
+    """The bundles in `folder`, by name; `names` keeps those whose name contains one of them, in the
+    order of `names` (a run stopped part way then has scored the first ones named)."""
     paths = sorted(folder.glob("*.json"))
     if not paths:
         raise FileNotFoundError(
             f"no bundles in {folder}; record some: python bench/reviser.py --record RUN_DIR"
         )
     bundles = [ReviserBundle.model_validate_json(p.read_text(encoding="utf-8")) for p in paths]
-    return [b for b in bundles if not names or any(n in b.name for n in names)]
+    if not names:
+        return bundles
+    first = {b.name: next((i for i, n in enumerate(names) if n in b.name), None) for b in bundles}
+    return sorted(
+        (b for b in bundles if first[b.name] is not None), key=lambda b: (first[b.name] or 0, b.name)
+    )
