@@ -67,6 +67,7 @@ class BundleScore(Record):
     problems: tuple[str, ...] = ()
     citations_valid: bool | None = None  # no unknown card, enough distinct cards per edit; None: not parsed
     ops: tuple[str, ...] = ()  # ADD/UPDATE/DELETE of each proposed edit
+    edits: tuple[Edit, ...] = ()  # the proposed edits, to read what the reviser wrote
     tokens_before: int = 0  # the type's scaffold entries
     tokens_after: int = 0  # ... after applying the valid edits
     calls: int = 0
@@ -120,6 +121,7 @@ def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> 
         "problems": tuple(problems),
         "citations_valid": not CITATION_RULES & set(rules),
         "ops": tuple(e.op for e in edits),
+        "edits": tuple(edits),
         "tokens_before": sum(count(e.text) for e in bundle.entries),
         "tokens_after": tokens_after(bundle.entries, valid, count),
     }
