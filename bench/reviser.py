@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     who.add_argument("--rules", action="store_true", help="score the offline rules reviser")
     who.add_argument("--serve", choices=["transformers", "vllm"], help="start a server on the embedded model")
     who.add_argument("--record", nargs="+", metavar="RUN_DIR", help="write the bundles of finished run dirs")
-    who.add_argument("--walkthrough", nargs="+", metavar="SPEC [KEY=VALUE...]",
-                     help="train SPEC on the walkthrough player (bench/walkthrough.py) under --runs, then record it")  # fmt: skip
+    who.add_argument("--walkthrough", nargs="+", metavar="ARG",
+                     help="SPEC [KEY=VALUE ...]: train SPEC on the walkthrough player (bench/walkthrough.py) under --runs, then record its bundles")  # fmt: skip
     p.add_argument("--api-base", help="endpoint of a self-hosted model, e.g. http://host:8000/v1")
     p.add_argument("--api-key-env", help="NAME of the variable with the key (default: the provider's)")
     p.add_argument("--structured", nargs="+", choices=["on", "off", "auto"], default=["auto"],
