@@ -1,0 +1,106 @@
+"""The reviser benchmark (bench/reviser.py): its committed bundles load into the reviser's records,
+and one bundle scored against a scripted OpenAI-compatible server counts parsed answers, valid edits
+and citations as the review's validator sees them. No model is loaded: tokens are counted by words."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from reviser import llm_reviser, rules_reviser, summary  # noqa: E402
+from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
+from reviser_score import named_edits, rule_of, score  # noqa: E402
+
+from pats.testing import ScriptedOpenAIServer  # noqa: E402
+from pats.types import EvidenceCard, ScaffoldEntry  # noqa: E402
+
+KEY_ENV = "PATS_TEST_BENCH_KEY"
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-bench")
+
+
+@pytest.fixture(scope="module")
+def bundles() -> list[ReviserBundle]:
+    return load(BUNDLES)
+
+
+def test_bundles_load_into_the_revisers_records(bundles):
+    assert len(bundles) >= 3
+    assert {b.environment for b in bundles} >= {"alfworld"}
+    for b in bundles:
+        assert all(isinstance(c, EvidenceCard) for c in b.cards)
+        assert all(isinstance(e, ScaffoldEntry) for e in b.entries)
+        assert any(c.task_type == b.task_type for c in b.cards), f"{b.name}: no card of its own type"
+        again = ReviserBundle.model_validate_json(json.dumps(b.model_dump(mode="json")))
+        assert again == b, "a bundle reads back as the record it was written from"
+
+
+def test_the_rules_reviser_passes_its_own_validator_on_every_bundle(bundles):
+    rows = [score(b, rules_reviser(b), words) for b in bundles]
+    assert all(r.parsed and r.set_valid and r.citations_valid for r in rows), [r.problems for r in rows]
+    assert summary(rows)["calls"] == 0
+
+
+def test_rule_names_and_edit_indices_from_the_validators_messages():
+    assert rule_of("edit 0 (ADD skill type:x): cites unknown card 'c9'; cite ids of ...") == "unknown_card"
+    assert rule_of("edit 1 (UPDATE e1): cites 1 distinct card(s); cite at least 2 ...") == "too_few_citations"
+    assert rule_of("edits 0, 2: 3 skill/plan ADDs; REVISE accepts at most 1 ...") == "mode_add_budget"
+    assert named_edits("edits 0, 2: 3 skill/plan ADDs") == {0, 2}
+    assert named_edits("edit set (COMPRESS): the type's entries go from 9 to 12 tokens") == set()
+
+
+def test_one_bundle_scored_against_a_scripted_server(bundles):
+    bundle = next(b for b in bundles if b.entries and b.assessment.mode.value == "REVISE")
+    own = [c.id for c in bundle.cards if c.task_type == bundle.task_type]
+    add = {"op": "ADD", "kind": "skill", "scope": f"type:{bundle.task_type}", "text": "Open containers first.",
+           "cites": own[:2]}  # fmt: skip
+    bad_cite = {
+        **add,
+        "kind": "mistake",
+        "text": "Taking before looking inside wastes turns.",
+        "cites": [own[0], "c99-no-such-card"],
+    }
+    script = [
+        json.dumps({"edits": [add]}),  # valid
+        "I think the scaffold is fine.",  # malformed: not the JSON the schema asks for
+        json.dumps({"edits": [add, bad_cite]}),  # the second cites a card that does not exist
+    ]
+    with ScriptedOpenAIServer(script, structured=True) as server:
+        llm = {"model": "openai/scripted", "api_base": server.base_url, "api_key_env": KEY_ENV, "timeout_s": 10.0,
+               "max_retries": 0, "structured": "on"}  # fmt: skip
+        good, malformed, invalid = (score(bundle, llm_reviser(bundle, llm), words) for _ in range(3))
+
+    before = sum(words(e.text) for e in bundle.entries)
+    assert good.parsed and good.set_valid and good.citations_valid
+    assert (good.proposed, good.valid_edits, good.calls) == (1, 1, 1)
+    assert good.tokens_before == before and good.tokens_after == before + words(add["text"])
+    assert good.llm_tokens > 0 and good.seconds > 0
+
+    assert not malformed.parsed and malformed.error and malformed.calls == 1
+    assert malformed.citations_valid is None and malformed.tokens_after == before
+
+    assert invalid.parsed and not invalid.set_valid and invalid.citations_valid is False
+    assert (invalid.proposed, invalid.valid_edits) == (2, 1)
+    assert "unknown_card" in invalid.rules
+    assert invalid.tokens_after == before + words(add["text"]), "only the valid edit counts"
+
+    s = summary([good, malformed, invalid])
+    assert (s["parsed"], s["sets_valid"], s["edits_proposed"], s["edits_valid"], s["citations_valid"]) == (
+        2,
+        1,
+        3,
+        2,
+        1,
+    )
