@@ -217,6 +217,13 @@ def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
     cells[2:4] = [_pilot_cell(3e-4, s, 0.60) for s in (0, 1)]
     assert pilot.chosen_lr(cells, 8, [0, 1]) == 1e-3
     assert pilot.chosen_lr(cells[:4], 8, [0, 1]) is None, "1e-4 without cells could still win: no choice yet"
+    # Cells of another LoRA setting are not this setting's evidence: top-4 cells where 1e-4 wins
+    # leave the choice at 8 layers as it was, and the top-4 choice is made from them alone.
+    others = [
+        _pilot_cell(lr, s, f, top=4) for lr, f in ((1e-3, 0.1), (3e-4, 0.1), (1e-4, 0.9)) for s in (0, 1)
+    ]
+    assert pilot.chosen_lr(cells + others, 8, [0, 1]) == 1e-3
+    assert pilot.chosen_lr(cells + others, 4, [0, 1]) == 1e-4
     untrained = {"cell": "untrained-s0", "seed": 0,
                  "heldout": {"per_task": {"g1": [0.0, 0.0], "g2": [0.0, 0.0]}, "successes": 0.0, "episodes": 4}}  # fmt: skip
     row = pilot.summarize([untrained, _pilot_cell(1e-3, 0, 0.7)]).splitlines()[2]
