@@ -21,6 +21,12 @@ def test_advantages_hand_cases():
     assert torch.allclose(adv, torch.tensor([2.0, -1, -1]).double() / math.sqrt(2), atol=1e-5)
 
 
+def test_eps_keeps_a_tiny_spread_from_becoming_a_full_advantage():
+    # rewards 0 and 1e-6: centered -+5e-7, population std 5e-7, plus eps 1e-6 -> -+1/3 (not -+1)
+    adv = grpo.group_advantages(torch.tensor([0.0, 1e-6], dtype=torch.float64), True)
+    assert torch.allclose(adv, torch.tensor([-1.0, 1.0]).double() / 3, rtol=1e-6)
+
+
 @pytest.mark.parametrize("value", [0.0, 1.0, 0.1])
 def test_equal_rewards_give_exactly_zero(value):
     adv = grpo.group_advantages(torch.full((3,), value), normalize_std=True)

@@ -235,3 +235,9 @@ async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
     assert line.assessment.reason == a.reason and line.assessment.reviews == 4
     scope = line.assessment.scopes[1]
     assert (scope.scope, scope.success, scope.withdraw) == ("task:t1", pytest.approx(0.3439), True)
+
+
+async def test_a_type_with_only_empty_groups_so_far_counts_as_failing():
+    out = await judge().assess(1, [group("t1", "twc", [])], [], [])
+    assert out[0].ema_success == 0.0 and out[0].mode is E
+    assert out[0].scopes == (), "no average yet to withdraw a scope by"

@@ -13,7 +13,7 @@ import pytest
 from pats.errors import TrainingError
 from pats.logging.events import EventLog, ReviewFailedEvent, StepEndEvent, read_events
 from pats.review import Committed
-from pats.spec.models import ExperimentSpec
+from pats.spec.models import ExperimentSpec, ScaffoldSpec
 from pats.step_end import STATES, Reviewed, StepEnd, restore
 from pats.types import JudgeState, ReviewResult, ScaffoldState
 
@@ -32,9 +32,12 @@ class StandInScaffold:
 
     async def review(self, step, groups):
         self.counted += 1  # a judge that counted half the step before it raised
+        self.judge(step)
+        return ReviewResult(step=step, cards=(), assessments=(), edits=())
+
+    def judge(self, step):  # a frame below the review's: `where` names the innermost
         if step in self.raise_at:
             raise RuntimeError(f"bug at step {step}")
-        return ReviewResult(step=step, cards=(), assessments=(), edits=())
 
     def commit(self, result, step):
         self.commits.append((step, result))
@@ -63,7 +66,7 @@ def test_a_review_that_raises_comes_back_as_its_cause_with_the_judge_state_put_b
     assert ok.start <= ok.end and end.scaffold.counted == 1
     failed = asyncio.run(end.review(1, []))
     assert failed.result is None and failed.error == "RuntimeError: bug at step 1"
-    assert failed.where.startswith("test_step_end.py:") and failed.where.endswith(" in review")
+    assert failed.where.startswith("test_step_end.py:") and failed.where.endswith(" in judge")
     assert failed.start <= failed.end
     assert end.scaffold.counted == 1, "the judge state of before the failed review"
 
@@ -87,9 +90,12 @@ def test_commit_counts_failures_in_a_row_and_a_success_starts_again(tmp_path, ca
     end.commit(2, fail)  # one in a row again, not two: the run goes on
     with pytest.raises(TrainingError) as info:
         end.commit(3, fail)
-    message = str(info.value)
-    assert message.startswith("step 3: 2 reviews in a row raised")
-    assert "RuntimeError: bug (at x.py:1 in f)" in message and str(end.events.path) in message
+    assert str(info.value) == (
+        "step 3: 2 reviews in a row raised, so the run stopped (its last checkpoint is intact); the last: "
+        f"RuntimeError: bug (at x.py:1 in f); the others are the review_failed events in {end.events.path}. "
+        "Fix the judge, reviser or card builder named there (or raise scaffold.max_failed_reviews), then "
+        "`pats run --resume` the run directory"
+    )
     assert len(end.scaffold.commits) == 3, "the failure that stops the run commits nothing"
     end.events.close()
     failed = read_events(tmp_path / "events.jsonl", ReviewFailedEvent)
@@ -98,6 +104,12 @@ def test_commit_counts_failures_in_a_row_and_a_success_starts_again(tmp_path, ca
         (2, 1, "RuntimeError: bug", "x.py:1 in f"),
         (3, 2, "RuntimeError: bug", "x.py:1 in f"),
     ], "each failure on disk before the run stops"
+
+
+def test_the_default_limit_is_the_specs(tmp_path):
+    assert StepEnd(StandInScaffold(), EventLog(tmp_path / "e.jsonl")).max_failed_reviews == (
+        ScaffoldSpec().max_failed_reviews
+    )
 
 
 def test_a_step_end_logs_to_every_sink_and_writes_its_state(tmp_path):
@@ -122,6 +134,7 @@ def test_restore_cuts_the_scaffold_side_back_to_the_checkpoint(tmp_path):
     spec = ExperimentSpec.model_validate(
         {"name": "cut", "environment": {"kind": "twx"}, "scaffold": {"mode": "pats", "max_failed_reviews": 5}}
     )
+    assert STATES.as_posix() == "scaffold/steps", "where verl's resume looks (docs/verl.md)"
     (tmp_path / STATES).mkdir(parents=True)
     for step in range(4):
         (tmp_path / STATES / f"{step:06d}.json").write_text(ScaffoldState(step=step).model_dump_json())
