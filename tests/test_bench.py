@@ -247,6 +247,17 @@ def test_the_pilot_choice_is_made_once_the_missing_cells_cannot_change_it():
     assert pilot.chosen_lr(cells, 30, [0, 1]) is None, "no cell at these layers: no choice"
 
 
+def test_the_pilot_choice_counts_exactly_0_02_apart_as_a_tie():
+    import pilot
+
+    # 0.52 - 0.02 == 0.5 exactly in floating point: the bounds of the rule, "within 0.02", inclusive.
+    cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.52), (3e-4, 0.5), (1e-4, 0.1)) for s in (0, 1)]
+    assert pilot.chosen_lr(cells, 8, [0, 1]) == 3e-4, "0.02 below the best: a tie, to the lower lr"
+    # 1e-4 with seed 0 at 0.0 and seed 1 missing could still reach 0.5, a tie with 3e-4: no choice yet.
+    partial = cells[:4] + [_pilot_cell(1e-4, 0, 0.0)]
+    assert pilot.chosen_lr(partial, 8, [0, 1]) is None
+
+
 def test_the_pilot_figure_plots_each_cells_own_curves():
     import pilot
 
