@@ -137,3 +137,48 @@ def test_token_logprobs_on_a_tiny_model():
         got = grpo.token_logprobs(model, ids, mask, chunk=4)
     assert got.shape == (2, 8)
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_chunks_cover_every_position_whatever_the_hidden_size():
+    # N = 7 positions over H = 4 hidden units (fewer units than positions), chunks of 3: 3 + 3 + 1.
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 20, bias=False)
+    hidden, targets = torch.randn(2, 7, 4), torch.randint(0, 20, (2, 7))
+    full = torch.gather(head(hidden).log_softmax(-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        chunked = grpo.hidden_logprobs(hidden, targets, head, chunk=3)
+    assert chunked.shape == (2, 7) and torch.allclose(full, chunked, atol=1e-6)
+
+
+def test_chunks_are_checkpointed_only_when_a_gradient_will_flow(monkeypatch):
+    calls = []
+
+    def counting(fn, *args, **kwargs):
+        calls.append(1)
+        return fn(*args)
+
+    monkeypatch.setattr(grpo, "checkpoint", counting)
+    head = torch.nn.Linear(4, 20, bias=False)
+    hidden, targets = torch.randn(1, 5, 4, requires_grad=True), torch.randint(0, 20, (1, 5))
+    grpo.hidden_logprobs(hidden, targets, head, chunk=2)
+    assert len(calls) == 3, "with gradients on: each of the 3 chunks"
+    with torch.no_grad():
+        grpo.hidden_logprobs(hidden, targets, head, chunk=2)
+    grpo.hidden_logprobs(hidden.detach(), targets, head, chunk=2)
+    assert len(calls) == 3, "no gradient to flow (no_grad, or hidden states that need none): no checkpoint"
+
+
+def test_only_a_bias_free_linear_head_is_accepted():
+    hidden, targets = torch.randn(1, 2, 4), torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError) as info:
+        grpo.hidden_logprobs(hidden, targets, torch.nn.Linear(4, 20, bias=True), chunk=2)
+    assert str(info.value) == "the LM head has a bias; hidden_logprobs supports bias-free heads only"
+
+    class NoTensor(torch.nn.Module):  # a head whose `weight` is a module, not a tensor
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Linear(4, 20, bias=False)
+
+    with pytest.raises(ValueError) as info:
+        grpo.hidden_logprobs(hidden, targets, NoTensor(), chunk=2)
+    assert str(info.value) == "the LM head has no weight tensor; hidden_logprobs supports linear heads only"

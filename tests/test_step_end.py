@@ -6,6 +6,7 @@ a real run: tests/test_reliability.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -62,7 +63,10 @@ def step_end(tmp_path, raise_at=(), k=3, **kw) -> StepEnd:
 def test_a_review_that_raises_comes_back_as_its_cause_with_the_judge_state_put_back(tmp_path):
     end = step_end(tmp_path, raise_at=[1])
     ok = asyncio.run(end.review(0, []))
-    assert ok.result == ReviewResult(step=0, cards=(), assessments=(), edits=()) and not ok.error
+    assert ok.result == ReviewResult(step=0, cards=(), assessments=(), edits=())
+    assert (ok.error, ok.where) == ("", ""), "no cause: empty text, as the record says"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ok.error = "changed"  # type: ignore[misc]
     assert ok.start <= ok.end and end.scaffold.counted == 1
     failed = asyncio.run(end.review(1, []))
     assert failed.result is None and failed.error == "RuntimeError: bug at step 1"
@@ -125,7 +129,8 @@ def test_a_step_end_logs_to_every_sink_and_writes_its_state(tmp_path):
     assert (ended.step, ended.metrics) == (4, {"train/success": 0.5})
     state = ScaffoldState.model_validate_json((tmp_path / "states" / "000004.json").read_text())
     assert state == ScaffoldState(step=4, scaffold_version=0, judge=JudgeState({"counted": 7}))
-    no_states = step_end(tmp_path / "other")
+    no_states = step_end(tmp_path / "other")  # and no sinks: the metrics go nowhere else
+    no_states.log(0, [], committed, {"train/success": 0.5})
     no_states.end(0, {})
     assert not (tmp_path / "other" / "states").exists()
 
