@@ -182,3 +182,36 @@ def test_only_a_bias_free_linear_head_is_accepted():
     with pytest.raises(ValueError) as info:
         grpo.hidden_logprobs(hidden, targets, NoTensor(), chunk=2)
     assert str(info.value) == "the LM head has no weight tensor; hidden_logprobs supports linear heads only"
+
+
+def test_the_update_stats_count_unmasked_tokens_only():
+    # Token 1: ratio 1.5 (clipped at A = 1); token 2: ratio 1 (not clipped); token 3 masked, ratio e^5.
+    logp = torch.tensor([[math.log(1.5), 0.0, 5.0]])
+    _, stats = _loss(logp, mask=torch.tensor([[1.0, 1.0, 0.0]]))
+    assert stats["clip_frac"].item() == pytest.approx(0.5)
+    assert stats["ratio_mean"].item() == pytest.approx(1.25)
+    # k3 of old vs new per token: ratio - 1 - log(ratio): 0.5 - log 1.5 and 0, over 2 tokens
+    assert stats["approx_kl"].item() == pytest.approx((0.5 - math.log(1.5)) / 2)
+
+
+def test_a_sequence_without_tokens_adds_nothing_and_no_nan():
+    logp = torch.zeros(2, 2)
+    loss, stats = _loss(logp, adv=(1.0, 1.0), mask=torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
+    assert loss.item() == pytest.approx(-0.5), "the empty sequence counts 0, the other -1, over 2"
+    empty, stats = _loss(logp, adv=(1.0, 1.0), mask=torch.zeros(2, 2))
+    assert empty.item() == 0.0 and all(v.item() == 0.0 for k, v in stats.items() if k != "ratio_mean")
+    assert grpo.kl_penalty(logp, logp + 1.0, torch.zeros(2, 2)).item() == 0.0
+    assert torch.equal(grpo.sequence_score(logp, torch.zeros(2, 2), "mean"), torch.zeros(2))
+
+
+def test_kl_penalty_clamps_the_log_ratio_at_20():
+    logp, mask = torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1)
+    at = grpo.kl_penalty(logp, logp + 20.0, mask).item()
+    assert grpo.kl_penalty(logp, logp + 50.0, mask).item() == at == pytest.approx(math.exp(20) - 21)
+    assert grpo.kl_penalty(logp, logp - 50.0, mask).item() == pytest.approx(math.exp(-20) + 19)
+
+
+def test_an_unknown_score_normalization_names_the_known_ones():
+    with pytest.raises(ValueError) as info:
+        grpo.sequence_score(torch.zeros(1, 2), torch.ones(1, 2), "max")  # type: ignore[arg-type]
+    assert str(info.value) == "unknown score normalization 'max'; known: mean, sum"
