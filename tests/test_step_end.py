@@ -83,9 +83,10 @@ def test_commit_counts_failures_in_a_row_and_a_success_starts_again(tmp_path, ca
     first = end.commit(0, fail)
     assert first.metrics == {"scaffold/entries": 2.0, "review/failed": 1.0}
     assert end.scaffold.commits == [(0, ReviewResult(step=0, cards=(), assessments=(), edits=()))]
-    err = capsys.readouterr().err
-    assert "step 0: the scaffold review raised RuntimeError: bug (at x.py:1 in f)" in err
-    assert "(1 in a row, the run stops at 2)" in err
+    assert capsys.readouterr().err == (
+        "warning: step 0: the scaffold review raised RuntimeError: bug (at x.py:1 in f); the step trains on "
+        "with the current scaffold (1 in a row, the run stops at 2)\n"
+    )
 
     second = end.commit(1, good)
     assert second.metrics == {"scaffold/entries": 2.0, "review/failed": 0.0}
@@ -157,6 +158,21 @@ def test_restore_cuts_the_scaffold_side_back_to_the_checkpoint(tmp_path):
     assert end.scaffold.judge_state().root["ema"] == {"twc": 0.25}, "the judge of step 1"
     assert end.max_failed_reviews == 5 and end.states == tmp_path / STATES and end.failed_in_a_row == 0
 
+    assert end.state(1).scaffold_version == 0, "the store's version: none yet"
+
     fresh = restore(spec, tmp_path, count_tokens)  # no checkpoint: back to before step 0
     assert list((tmp_path / STATES).iterdir()) == [] and fresh.states is None
     assert read_events(tmp_path / "events.jsonl", StepEndEvent) == []
+
+
+def test_restore_opens_the_runs_own_scaffold_store(tmp_path, repo):
+    spec = ExperimentSpec.model_validate(
+        {
+            "name": "seeded",
+            "environment": {"kind": "twx"},
+            "scaffold": {"mode": "pats", "initial_bank": str(repo / "experiments" / "banks" / "twc.json")},
+        }
+    )
+    end = restore(spec, tmp_path, len, task_types=["twc"])  # a fresh run: the bank is version 1
+    assert (tmp_path / "scaffold" / "versions" / "000001.json").exists()
+    assert end.state(0).scaffold_version == 1
