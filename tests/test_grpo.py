@@ -56,6 +56,8 @@ def test_clipping_cuts_the_gradient_only_outside_the_trust_region():
     _, stats = _loss(outside)
     _loss(outside)[0].backward()
     assert outside.grad.item() == 0.0 and stats["clip_frac"].item() == 1.0
+    # the clipped term scales with the advantage: A = 2 gives -min(1.5 * 2, 1.2 * 2) = -2.4
+    assert _loss(outside.detach(), adv=(2.0,))[0].item() == pytest.approx(-2.4)
     inside = torch.tensor([[math.log(1.1)]], requires_grad=True)
     _loss(inside)[0].backward()
     assert inside.grad.item() == pytest.approx(-1.1)
