@@ -354,3 +354,21 @@ def test_the_review_never_accepts_what_the_store_refuses_on_random_sets(check, s
             accepted += 1
             assert store.check(edits) == [], edits
     assert accepted > 50  # the sample reaches accepted sets, not only refused ones
+
+
+def test_the_mode_budgets_are_the_methods():
+    # The published method's budgets, which the validator, the rules reviser and the LLM reviser's
+    # schema all read: a change here changes what every review may do.
+    from pats.scaffold.validate import MODE_BUDGETS, ModeBudget
+
+    assert MODE_BUDGETS == {
+        ReviewMode.EXPAND: ModeBudget(skills=2, mistakes=1, update=True, delete=False),
+        ReviewMode.REVISE: ModeBudget(skills=1, mistakes=1, update=True, delete=True),
+        ReviewMode.COMPRESS: ModeBudget(skills=None, mistakes=None, update=True, delete=True),
+        ReviewMode.PRUNE: ModeBudget(skills=0, mistakes=0, update=False, delete=True),
+    }
+
+
+@pytest.mark.parametrize("mode", [ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE])
+def test_modes_that_delete_accept_a_delete(check, mode):
+    assert check([delete("e2")], mode) == []
