@@ -176,3 +176,10 @@ def test_restore_opens_the_runs_own_scaffold_store(tmp_path, repo):
     end = restore(spec, tmp_path, len, task_types=["twc"])  # a fresh run: the bank is version 1
     assert (tmp_path / "scaffold" / "versions" / "000001.json").exists()
     assert end.state(0).scaffold_version == 1
+    # Restarted without a checkpoint (and without a bank): back to version 0, version 1 gone.
+    bare = ExperimentSpec.model_validate(
+        {"name": "bare", "environment": {"kind": "twx"}, "scaffold": {"mode": "pats"}}
+    )
+    again = restore(bare, tmp_path, len)
+    assert again.state(0).scaffold_version == 0
+    assert not (tmp_path / "scaffold" / "versions" / "000001.json").exists()
