@@ -183,3 +183,11 @@ def test_restore_opens_the_runs_own_scaffold_store(tmp_path, repo):
     again = restore(bare, tmp_path, len)
     assert again.state(0).scaffold_version == 0
     assert not (tmp_path / "scaffold" / "versions" / "000001.json").exists()
+
+
+def test_restore_keeping_states_makes_their_folder_in_a_new_run_directory(tmp_path):
+    spec = ExperimentSpec.model_validate(
+        {"name": "new", "environment": {"kind": "twx"}, "scaffold": {"mode": "none"}}
+    )
+    end = restore(spec, tmp_path / "run", len, keep_states=True)  # as verl's scaffold service does
+    assert end.states == tmp_path / "run" / "scaffold" / "steps" and end.states.is_dir()
