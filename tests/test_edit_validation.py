@@ -372,3 +372,10 @@ def test_the_mode_budgets_are_the_methods():
 @pytest.mark.parametrize("mode", [ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE])
 def test_modes_that_delete_accept_a_delete(check, mode):
     assert check([delete("e2")], mode) == []
+
+
+def test_texts_are_compared_lowercased_with_runs_of_space_as_one():
+    from pats.scaffold.validate import normalize
+
+    assert normalize("  Open\tthe   DOOR\n first ") == "open the door first"
+    assert similarity("Open the door first.", "open  THE door\nfirst.") == 1.0
