@@ -379,3 +379,12 @@ def test_texts_are_compared_lowercased_with_runs_of_space_as_one():
 
     assert normalize("  Open\tthe   DOOR\n first ") == "open the door first"
     assert similarity("Open the door first.", "open  THE door\nfirst.") == 1.0
+
+
+def test_the_task_plans_and_grow_rules_come_with_the_other_problems(check):
+    # Every problem at once: the rules checked last do not replace what was found before them.
+    plan = add("Steps to try: open fridge -> take milk", "plan", "task:t2", cites=(CITES[0], "nope"))
+    problems = check([plan], E, task_plans=False)
+    assert len(problems) == 2 and "nope" in problems[0] and "scaffold.task_plans is false" in problems[1]
+    problems = check([update("e2", "Open containers.", cites=(CITES[0], "nope"))], E, add_only=True)
+    assert len(problems) == 2 and "nope" in problems[0] and "mode grow only adds" in problems[1]
