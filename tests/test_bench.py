@@ -217,6 +217,13 @@ def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
     cells[2:4] = [_pilot_cell(3e-4, s, 0.60) for s in (0, 1)]
     assert pilot.chosen_lr(cells, 8, [0, 1]) == 1e-3
     assert pilot.chosen_lr(cells[:4], 8, [0, 1]) is None, "1e-4 without cells could still win: no choice yet"
+    # Cells of another LoRA setting are not this setting's evidence: top-4 cells where 1e-4 wins
+    # leave the choice at 8 layers as it was, and the top-4 choice is made from them alone.
+    others = [
+        _pilot_cell(lr, s, f, top=4) for lr, f in ((1e-3, 0.1), (3e-4, 0.1), (1e-4, 0.9)) for s in (0, 1)
+    ]
+    assert pilot.chosen_lr(cells + others, 8, [0, 1]) == 1e-3
+    assert pilot.chosen_lr(cells + others, 4, [0, 1]) == 1e-4
     untrained = {"cell": "untrained-s0", "seed": 0,
                  "heldout": {"per_task": {"g1": [0.0, 0.0], "g2": [0.0, 0.0]}, "successes": 0.0, "episodes": 4}}  # fmt: skip
     row = pilot.summarize([untrained, _pilot_cell(1e-3, 0, 0.7)]).splitlines()[2]
@@ -238,6 +245,17 @@ def test_the_pilot_choice_is_made_once_the_missing_cells_cannot_change_it():
         full = cells + [_pilot_cell(3e-4, 1, 0.84), _pilot_cell(1e-4, 1, f)]
         assert pilot.chosen_lr(full, 8, [0, 1]) == 1e-3
     assert pilot.chosen_lr(cells, 30, [0, 1]) is None, "no cell at these layers: no choice"
+
+
+def test_the_pilot_choice_counts_exactly_0_02_apart_as_a_tie():
+    import pilot
+
+    # 0.52 - 0.02 == 0.5 exactly in floating point: the bounds of the rule, "within 0.02", inclusive.
+    cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.52), (3e-4, 0.5), (1e-4, 0.1)) for s in (0, 1)]
+    assert pilot.chosen_lr(cells, 8, [0, 1]) == 3e-4, "0.02 below the best: a tie, to the lower lr"
+    # 1e-4 with seed 0 at 0.0 and seed 1 missing could still reach 0.5, a tie with 3e-4: no choice yet.
+    partial = cells[:4] + [_pilot_cell(1e-4, 0, 0.0)]
+    assert pilot.chosen_lr(partial, 8, [0, 1]) is None
 
 
 def test_the_pilot_figure_plots_each_cells_own_curves():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -111,3 +113,53 @@ def test_a_rate_of_0_or_1_gets_wilson_over_games_not_a_zero_width_interval():
     r = stats.hierarchical_rate({0: games([0.0] * 16, episodes=4), 1: games([0.0] * 4, episodes=4)})
     assert r == stats.Interval(0.0, *stats.wilson(0, 20))  # 20 (seed, game) units, not 80 episodes
     assert stats.hierarchical_rate({0: games([1.0] * 5)}) == stats.Interval(1.0, *stats.wilson(5, 5))
+
+
+def spread(rng_seed: int, seeds: int, n: int) -> dict[int, dict[str, list[float]]]:
+    """`seeds` x `n` games of two outcomes each, drawn from [0, 1): every resample gives another value,
+    so an interval moves with any change to the draws (their number, the RNG seed, the percentiles)."""
+    rng = random.Random(rng_seed)
+    return {
+        s: {f"g{i}": [round(rng.random(), 3), round(rng.random(), 3)] for i in range(n)} for s in range(seeds)
+    }
+
+
+def test_the_intervals_recompute_to_the_same_digits():
+    # Pinned: the 2000 draws of RNG seed 0 and the 2.5%/97.5% percentiles (docs/results.md's tables).
+    a, b = spread(1, 3, 12), spread(2, 3, 12)
+    h = stats.hierarchical_difference(a, b).interval
+    assert (h.estimate, h.lo, h.hi) == pytest.approx((-0.0871944444, -0.1945555556, 0.0261111111), abs=1e-9)
+    r = stats.hierarchical_rate(a)
+    assert (r.estimate, r.lo, r.hi) == pytest.approx((0.4809861111, 0.4024027778, 0.5568194444), abs=1e-9)
+    p = stats.paired_bootstrap(a[0], b[0])
+    assert p == pytest.approx((-0.0184583333, -0.196875, 0.157875), abs=1e-9)
+    # two seeds: both drawn with replacement, each drawn seed's games added to the sample
+    two = stats.hierarchical_difference({s: a[s] for s in (0, 1)}, {s: b[s] for s in (0, 1)}).interval
+    assert (two.estimate, two.lo, two.hi) == pytest.approx((-0.0855, -0.2304583333, 0.0616458333), abs=1e-9)
+    assert stats._percentiles([float(i) for i in range(2000)]) == (50.0, 1949.0)
+
+
+def test_intervals_print_with_three_digits_and_a_sign_where_asked():
+    i = stats.Interval(0.5, 0.25, 0.75)
+    assert i.fmt() == "0.500 [0.250, 0.750]"
+    assert i.fmt(signed=True, digits=2) == "+0.50 [+0.25, +0.75]"
+    d = stats.Difference(stats.Interval(0.1, -0.05, 0.2), ((0, 0.2), (1, 0.0)))
+    assert d.fmt() == "+0.100 [-0.050, +0.200]; per seed s0 +0.200, s1 +0.000"
+    for record in (i, d):  # records in tables: never changed after the fact
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            record.estimate = 0.0  # type: ignore[misc]
+
+
+def test_wilson_stays_within_0_and_1_where_its_formula_rounds_past_them():
+    # Unclamped, 5/5 gives an upper end of 1 + 2e-16 and 0/5 a lower end of -3e-17.
+    assert stats.wilson(5, 5)[1] == 1.0 and stats.wilson(0, 5)[0] == 0.0
+
+
+def test_auc_of_two_points_and_of_none():
+    assert stats.auc([10, 20], [0.0, 1.0]) == pytest.approx(0.5)  # over the range 10..20, not 0..30
+    assert math.isnan(stats.auc([], []))
+
+
+def test_detectable_difference_clamps_p_to_0_02_and_0_98():
+    assert stats.detectable_difference(0.999, 100) == stats.detectable_difference(0.98, 100)
+    assert stats.detectable_difference(0.0, 100) == stats.detectable_difference(0.02, 100)

@@ -354,3 +354,37 @@ def test_the_review_never_accepts_what_the_store_refuses_on_random_sets(check, s
             accepted += 1
             assert store.check(edits) == [], edits
     assert accepted > 50  # the sample reaches accepted sets, not only refused ones
+
+
+def test_the_mode_budgets_are_the_methods():
+    # The published method's budgets, which the validator, the rules reviser and the LLM reviser's
+    # schema all read: a change here changes what every review may do.
+    from pats.scaffold.validate import MODE_BUDGETS, ModeBudget
+
+    assert MODE_BUDGETS == {
+        ReviewMode.EXPAND: ModeBudget(skills=2, mistakes=1, update=True, delete=False),
+        ReviewMode.REVISE: ModeBudget(skills=1, mistakes=1, update=True, delete=True),
+        ReviewMode.COMPRESS: ModeBudget(skills=None, mistakes=None, update=True, delete=True),
+        ReviewMode.PRUNE: ModeBudget(skills=0, mistakes=0, update=False, delete=True),
+    }
+
+
+@pytest.mark.parametrize("mode", [ReviewMode.REVISE, ReviewMode.COMPRESS, ReviewMode.PRUNE])
+def test_modes_that_delete_accept_a_delete(check, mode):
+    assert check([delete("e2")], mode) == []
+
+
+def test_texts_are_compared_lowercased_with_runs_of_space_as_one():
+    from pats.scaffold.validate import normalize
+
+    assert normalize("  Open\tthe   DOOR\n first ") == "open the door first"
+    assert similarity("Open the door first.", "open  THE door\nfirst.") == 1.0
+
+
+def test_the_task_plans_and_grow_rules_come_with_the_other_problems(check):
+    # Every problem at once: the rules checked last do not replace what was found before them.
+    plan = add("Steps to try: open fridge -> take milk", "plan", "task:t2", cites=(CITES[0], "nope"))
+    problems = check([plan], E, task_plans=False)
+    assert len(problems) == 2 and "nope" in problems[0] and "scaffold.task_plans is false" in problems[1]
+    problems = check([update("e2", "Open containers.", cites=(CITES[0], "nope"))], E, add_only=True)
+    assert len(problems) == 2 and "nope" in problems[0] and "mode grow only adds" in problems[1]

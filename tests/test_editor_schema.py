@@ -40,7 +40,9 @@ def test_an_interpolation_fits_a_typed_field_as_the_loader_resolves_it(extra, wr
 
 def test_a_wrong_value_is_still_flagged():
     assert messages(BASE + "trainer: {steps: five}\n") == ["'five' is not of type 'integer'"]
-    assert messages(BASE + "eval: {num_tasks: '$notinterp'}\n")
+    # A `$` string that is no `${...}` is a wrong value, reported by the field's own type.
+    assert messages(BASE + "trainer: {steps: '$notinterp'}\n") == ["'$notinterp' is not of type 'integer'"]
+    assert messages(BASE + "trainer: {steps: '${x'}\n") == ["'${x' is not of type 'integer'"]
 
 
 @pytest.mark.parametrize(
@@ -67,4 +69,7 @@ def test_a_section_of_several_kinds_is_checked_as_the_kind_it_names(extra, said)
 
 def test_an_overlay_may_leave_the_kind_to_its_base():
     assert messages("defaults: [base.yaml]\njudge: {llm: {model: openai/x}}\n") == []
-    assert messages("defaults: [base.yaml]\njudge: {kind: llm, nope: 1}\n")
+    # ... but a kind it names is checked as that kind, for that kind's keys only.
+    assert messages("defaults: [base.yaml]\njudge: {kind: llm, nope: 1}\n") == [
+        "Additional properties are not allowed ('nope' was unexpected)"
+    ]

@@ -142,8 +142,12 @@ async def test_state_round_trip():
     out = await k.assess(2, [group("t1", "twc", [True])], [], [])
     assert out[0].ema_success == pytest.approx(0.55)  # continued, not re-initialized
     assert out[0].reviews == 2
-    with pytest.raises(ValueError, match="as state_dict\\(\\) returns"):
+    with pytest.raises(ValueError) as info:
         k.load_state_dict({"twc": 0.5})
+    assert str(info.value) == (
+        "StatsJudge state must look like {'ema': {<task type>: <float>}, 'task_ema': {<task id>: <float>}, "
+        "'reviews': {<task type>: <int>}}, as state_dict() returns"
+    )
     with pytest.raises(ValueError, match="as state_dict\\(\\) returns"):
         k.load_state_dict({"ema": {"twc": 0.5}, "reviews": {"twc": "two"}})
     old = judge()  # a checkpoint from before per-task averages: they start again
@@ -235,3 +239,24 @@ async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
     assert line.assessment.reason == a.reason and line.assessment.reviews == 4
     scope = line.assessment.scopes[1]
     assert (scope.scope, scope.success, scope.withdraw) == ("task:t1", pytest.approx(0.3439), True)
+
+
+async def test_a_type_with_only_empty_groups_so_far_counts_as_failing():
+    out = await judge().assess(1, [group("t1", "twc", [])], [], [])
+    assert out[0].ema_success == 0.0 and out[0].mode is E
+    assert out[0].scopes == (), "no average yet to withdraw a scope by"
+
+
+async def test_a_scope_at_the_threshold_is_withdrawn_and_a_prune_says_why():
+    # The first group sets the average (no ema_start): 0.25 exactly, the threshold: withdrawn ("at or above").
+    j = StatsJudge(StatsJudgeSpec(removal_threshold=0.25), ScaffoldBudget(max_entries=1))
+    (a,) = await j.assess(
+        1, [group("t1", "twc", [True, False, False, False])], [], [entry("g", "general", 5)]
+    )
+    assert [(s.scope, s.success, s.withdraw) for s in a.scopes] == [
+        ("type:twc", 0.25, True),
+        ("task:t1", 0.25, True),
+    ]
+    assert a.mode is P and a.reason == (
+        "PRUNE: budget pressure 1.00 >= 1; withdrawn at removal_threshold 0.25: type:twc (0.250), task:t1 (0.250)"
+    )

@@ -295,16 +295,19 @@ def test_a_review_that_raises_is_logged_and_the_run_trains_on(tmp_path, fake_run
 
 def test_k_failed_reviews_in_a_row_stop_the_run_with_the_cause(tmp_path, fake_run, monkeypatch):
     fake_run()
-    raising_judge(monkeypatch, at=[1, 2, 3])
+    # Step 0 fails, step 1 succeeds (the count starts again), steps 2 and 3 fail: the 2nd in a row is
+    # step 3. A count that a success does not reset would stop the run at step 2 instead.
+    raising_judge(monkeypatch, at=[0, 2, 3])
     spec = ExperimentSpec.model_validate(
         {**make_spec(tmp_path).model_dump(mode="json"), "scaffold": {"mode": "pats", "max_failed_reviews": 2}}
     )
     run_dir = new_run(spec)
-    with pytest.raises(TrainingError, match=r"step 2: 2 reviews in a row raised") as info:
+    with pytest.raises(TrainingError, match=r"step 3: 2 reviews in a row raised") as info:
         asyncio.run(train(spec, run_dir))
     message = str(info.value)
-    assert "RuntimeError: judge bug at step 2" in message and "scaffold.max_failed_reviews" in message
+    assert "RuntimeError: judge bug at step 3" in message and "scaffold.max_failed_reviews" in message
     assert "pats run --resume" in message
-    # Step 2 never ended, so a resume redoes it; the checkpoint of step 1 is intact.
-    assert steps_logged(run_dir) == [0, 1] and latest_step(run_dir) == 1
-    assert [e.step for e in read_events(run_dir / "events.jsonl", ReviewFailedEvent)] == [1, 2]
+    # Step 3 never ended, so a resume redoes it; the checkpoint of step 2 is intact.
+    assert steps_logged(run_dir) == [0, 1, 2] and latest_step(run_dir) == 2
+    failed = read_events(run_dir / "events.jsonl", ReviewFailedEvent)
+    assert [(e.step, e.in_a_row) for e in failed] == [(0, 1), (2, 1), (3, 2)]

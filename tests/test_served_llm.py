@@ -129,7 +129,13 @@ def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happene
     # 135M answer can take minutes) is a call the server may still answer after the client gave up.
     assert 2 + answered - timeouts <= served.requests() <= 2 + answered
     assert faults == malformed + timeouts, "the server was up: every fault is an answer or a slow one"
-    assert answered + malformed > 0, "at least one answer arrived"
+    # At least one answer arrived: a call cut off at the timeout is no answer. (Not that one parsed:
+    # behind `transformers serve` the 135M model's answers parse rarely if ever, docs/llm.md;
+    # tests/test_vllm_served.py requires parsed answers behind vLLM with the schema.)
+    assert answered - timeouts > 0, "no answer arrived: every call timed out"
+    parsed = answered - faults
+    # A grade needs a parsed judge answer: with none parsed, every verdict stays unscored.
+    assert parsed > 0 or all(v.label == "unscored" for v in verdicts), (parsed, verdicts)
     assert tokens > 0, "the tokens of every answer, usable or not, as the server reported them"
     # The judge graded the bank's entries: each verdict a grade or unscored with its reason.
     assert verdicts, "the bank's general entries are there to grade"
