@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, write_result  # noqa: E402
+from common import REPO, RESULTS, write_result  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load, record, save  # noqa: E402
 from reviser_score import BundleScore, score  # noqa: E402
 
@@ -186,11 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     bundles = load(args.bundles, args.only)
+
+    def in_repo(path: Path) -> Path:
+        path = path.resolve()
+        return path.relative_to(REPO) if path.is_relative_to(REPO) else path
+
     meta = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "first_attempt_only": True,
-        "bundles_folder": str(args.bundles),
+        # relative to the checkout when inside it: a result names no one machine's paths
+        "bundles_folder": str(in_repo(args.bundles)),
     }
     if args.rules:
         run(args.label or "rules", bundles, rules_reviser, {**meta, "reviser": "rules"})
