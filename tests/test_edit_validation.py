@@ -388,3 +388,64 @@ def test_the_task_plans_and_grow_rules_come_with_the_other_problems(check):
     assert len(problems) == 2 and "nope" in problems[0] and "scaffold.task_plans is false" in problems[1]
     problems = check([update("e2", "Open containers.", cites=(CITES[0], "nope"))], E, add_only=True)
     assert len(problems) == 2 and "nope" in problems[0] and "mode grow only adds" in problems[1]
+
+
+# ---- each message whole: a user (or an LLM reviser, which gets them back as feedback) reads all of it --
+
+
+def test_the_messages_read_whole(check):
+    assert check([add(SKILLS[0], cites=(CITES[0], "c9"))], E) == [
+        "edit 0 (ADD skill type:twc): cites unknown card 'c9'; cite ids of this step's cards "
+        "(e.g. c1-k1-outcome, c1-t1-contrast, c1-t1-outcome)"
+    ]
+    assert check([add("Steps: open fridge", "plan", "task:t2")], E, task_plans=False) == [
+        "edit 0 (ADD plan task:t2): scaffold.task_plans is false, so nothing is added at task scope; write "
+        "guidance for the whole type (scope type:twc) or drop this ADD"
+    ]
+    assert check([update("e9", "Anything.")], R) == [
+        "edit 0 (UPDATE e9): no entry 'e9' exists; UPDATE only ids of this type's entries (e1, e2, e3)"
+    ]
+    assert check([delete("e4")], R) == [
+        "edit 0 (DELETE e4): entry 'e4' is scoped 'type:coin', not this type's; edit only entries scoped "
+        "general, task:t1, task:t2, type:twc"
+    ]
+    assert edit_problems([add(SKILLS[0], scope="types:twc")], ENTRIES) == [
+        "edit 0 (ADD skill types:twc): scope 'types:twc' is not 'general', 'type:<task type>' or "
+        "'task:<task id>' (no spaces in the name)"
+    ]
+
+
+def test_with_no_cards_the_message_says_there_are_none(count_tokens):
+    problems = validate_edits(
+        [add(SKILLS[0])], E, ENTRIES, [], count_tokens, removal=True, min_citations=0, task_type="twc"
+    )
+    assert problems == [
+        f"edit 0 (ADD skill type:twc): cites unknown card '{c}'; cite ids of this step's cards "
+        "(e.g. none this step)"
+        for c in CITES
+    ]
+
+
+@pytest.mark.parametrize("n", [0, 30, 31])
+def test_an_unknown_entry_lists_at_most_30_known_ids(n):
+    entries = [entry(f"e{i}", "general", f"Entry number {i}.") for i in range(n)]
+    known = ", ".join(f"e{i}" for i in range(min(n, 30))) + (", ..." if n > 30 else "") or "none"
+    assert edit_problems([delete("x")], entries) == [
+        f"edit 0 (DELETE x): no entry 'x' exists; DELETE only ids of the current entries ({known})"
+    ]
+    assert known.count(", ...") == (n == 31) and (known == "none") == (n == 0)
+
+
+def test_an_item_that_is_no_edit_does_not_stop_the_check_of_the_next():
+    assert edit_problems(["ADD", delete("e9"), add("  ")], ENTRIES) == [
+        "edit 0: a str is not an ADD, UPDATE or DELETE edit",
+        "edit 1 (DELETE e9): no entry 'e9' exists; DELETE only ids of the current entries (e1, e2, e3, e4)",
+        "edit 2 (ADD skill type:twc): text is empty; write the guidance text, or DELETE instead",
+    ]
+
+
+def test_compress_refuses_a_set_that_keeps_the_token_count(check, count_tokens):
+    same = "Open every closed container to find the items you want."  # e2 with one word swapped
+    assert count_tokens(same) == count_tokens(ENTRIES[1].text), "the test needs an equal count"
+    problems = check([update("e2", same)], C)
+    assert len(problems) == 1 and "COMPRESS must lower the total" in problems[0], problems

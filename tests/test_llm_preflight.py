@@ -20,7 +20,6 @@ from pats.cli.main import main
 from pats.engine import run as run_module
 from pats.llm_check import preflight
 from pats.logging.events import FallbackEvent, StepEndEvent, read_events
-from pats.review import FALLBACK_STREAK_WARNING
 from pats.spec.models import ExperimentSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
 
@@ -186,7 +185,7 @@ def test_a_right_configuration_trains_and_the_preflight_eats_no_scripted_answer(
 
 def test_preflight_false_trains_on_rules_and_says_so_once(pats_run, tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "sk-wrong-key")
-    steps = FALLBACK_STREAK_WARNING + 1
+    steps = 4  # the warning comes at the third step in a row (FALLBACK_STREAK_WARNING), once
     with ScriptedOpenAIServer(api_key="sk-right-key") as server:
         code, err, built = pats_run(server.base_url, preflight=False, steps=steps)
         assert not server.preflights
@@ -196,7 +195,7 @@ def test_preflight_false_trains_on_rules_and_says_so_once(pats_run, tmp_path, mo
     assert all(e.metrics["review/fallback"] == 1.0 for e in ends)
     assert [e.metrics["review/fallback_streak"] for e in ends] == [float(s + 1) for s in range(steps)]
     assert err.count("steps in a row") == 1, err
-    assert f"step {FALLBACK_STREAK_WARNING - 1}: the LLM reviser has failed" in err
+    assert "step 2: the LLM reviser has failed 3 steps in a row" in err
     assert "reviser.llm" in err and "sk-wrong-key" not in err
 
 
