@@ -115,14 +115,19 @@ def enum(values: Sequence[str]) -> dict[str, Any]:
     return {"type": "string", "enum": list(dict.fromkeys(values))}
 
 
+CITES_MAX = 4  # citations one answer item may carry under a schema (see cites_schema)
+
+
 def cites_schema(card_ids: Sequence[str], min_citations: int) -> dict[str, Any]:
     """Citations: ids of the cards shown only, at least `min_citations` of them."""
     if not card_ids:
         return {"type": "array", "maxItems": 0}
-    # At most one citation per card shown: a small model otherwise repeats one id up to max_tokens.
-    # "uniqueItems" would say more, but vLLM's grammar backends refuse it (400, "Unimplemented keys"),
-    # so distinct citations stay the validator's rule.
-    schema: dict[str, Any] = {"type": "array", "items": enum(card_ids), "maxItems": len(set(card_ids))}
+    # At most CITES_MAX citations (or min_citations, if more), and no more than the cards shown: a small
+    # model otherwise repeats one id until max_tokens cuts the answer (seen: one ALFWorld id, ~40 tokens,
+    # twelve times in one edit). "uniqueItems" would say more, but vLLM's grammar backends refuse it
+    # (400, "Unimplemented keys"), so distinct citations stay the validator's rule.
+    most = min(len(set(card_ids)), max(CITES_MAX, min_citations))
+    schema: dict[str, Any] = {"type": "array", "items": enum(card_ids), "maxItems": most}
     if min_citations > 0:
         schema["minItems"] = min_citations
     return schema

