@@ -21,17 +21,13 @@ pats.testing.model_server`): it ignores `max_completion_tokens`, the field DSPy'
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
+from pats.testing.local_server import LocalServer, free_port
+
+__all__ = ["ServedModel", "free_port", "require_serving"]
 
 SERVING_INSTALL = "`pip install 'transformers[serving]'` (in a clone: `./scripts/install .venv --test`)"
 
@@ -45,108 +41,24 @@ def require_serving() -> None:
         raise PrerequisiteError(f"`transformers serve` needs {' and '.join(missing)}: {SERVING_INSTALL}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServedModel:
+class ServedModel(LocalServer):
     """`transformers serve <model_dir>` on 127.0.0.1; `model` and `base_url` are what a spec's llm needs."""
 
+    LABEL = "`transformers serve`"
+    LOG = "serve.log"
+    ANSWERED = '"POST /v1/chat/completions HTTP/1.1" 200'
+
     def __init__(self, model_dir: str | Path, *, name: str | None = None, ready_s: float = 120.0):
-        self.model_dir = Path(model_dir).resolve()
-        self.name = name or self.model_dir.name
-        self.ready_s = ready_s  # the most seconds to wait for the server to answer /health
-        self.port: int | None = None
-        self.started_s: float | None = None  # seconds from launch to ready
-        self._proc: subprocess.Popen | None = None
-        self._folder: Path | None = None
-
-    @property
-    def model(self) -> str:
-        return f"openai/{self.name}"
-
-    @property
-    def base_url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server is not running; use it as a context manager or call start()")
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__(model_dir, name=name, ready_s=ready_s)
 
     def start(self) -> ServedModel:
         require_serving()
-        if not (self.model_dir / "config.json").is_file():
-            raise PrerequisiteError(f"{self.model_dir} is not a model directory (no config.json)")
-        self._folder = Path(tempfile.mkdtemp(prefix="pats-serve-"))
-        (self._folder / self.name).symlink_to(self.model_dir, target_is_directory=True)
-        self.port = free_port()
+        folder = self._folder_for("pats-serve-")
+        (folder / self.name).symlink_to(self.model_dir, target_is_directory=True)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         command = [sys.executable, "-m", "pats.testing.model_server", "serve", self.name]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"]
-        log = open(self._folder / "serve.log", "wb")  # noqa: SIM115 - closed with the process
-        began = time.monotonic()
-        self._proc = proc = subprocess.Popen(
-            command, cwd=self._folder, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
-        try:
-            self._wait_ready(proc, began)
-        except BaseException:
-            self.stop()
-            raise
-        self.started_s = time.monotonic() - began
-        return self
-
-    def _wait_ready(self, proc: subprocess.Popen, began: float) -> None:
-        url = f"http://127.0.0.1:{self.port}/health"
-        while time.monotonic() - began < self.ready_s:
-            if proc.poll() is not None:
-                raise PrerequisiteError(
-                    f"`transformers serve` exited with code {proc.returncode} before it was ready:\n"
-                    + self.log_tail()
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
-        raise PrerequisiteError(
-            f"`transformers serve` did not answer {url} within {self.ready_s:g}s:\n" + self.log_tail()
-        )
-
-    def requests(self) -> int:
-        """Chat completions the server has answered so far (from its access log)."""
-        path = self._folder / "serve.log" if self._folder else None
-        if path is None or not path.is_file():
-            return 0
-        return path.read_text(errors="replace").count('"POST /v1/chat/completions HTTP/1.1" 200')
-
-    def log_tail(self, chars: int = 3000) -> str:
-        path = self._folder / "serve.log" if self._folder else None
-        if path is None or not path.is_file():
-            return "(no log)"
-        return path.read_text(errors="replace")[-chars:]
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
-        self._proc = None
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
-
-    def __enter__(self) -> ServedModel:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return self._launch(command, env)
 
 
 def _accept_max_completion_tokens() -> None:

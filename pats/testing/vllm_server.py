@@ -19,17 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
-from pats.testing.model_server import free_port
+from pats.testing.local_server import LocalServer
 
 VLLM_VERSION = "0.32.0"
 # `--structured-outputs-config`: compact JSON under a schema (see VLLMServer.start)
@@ -54,8 +48,15 @@ def vllm_python() -> Path:
     return python
 
 
-class VLLMServer:
+class VLLMServer(LocalServer):
     """vLLM's OpenAI-compatible server on 127.0.0.1; `model` and `base_url` are what a spec's llm needs."""
+
+    LABEL = "vLLM"
+    PROVIDER = "hosted_vllm"
+    LOG = "vllm.log"
+    ANSWERED = '"POST /v1/chat/completions HTTP/1.1"'  # any status
+    POLL_S = 1.0
+    GROUP = True  # vLLM runs its engine core in a child process
 
     def __init__(
         self,
@@ -66,32 +67,14 @@ class VLLMServer:
         max_model_len: int = 4096,
         kv_cache_gib: int = 2,
     ):
-        self.model_dir = Path(model_dir).resolve()
-        self.name = name or self.model_dir.name
-        self.ready_s = ready_s  # the first start compiles kernels: minutes on a loaded 2-core machine
+        # ready_s: the first start compiles kernels, minutes on a loaded 2-core machine
+        super().__init__(model_dir, name=name, ready_s=ready_s)
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
-        self.port: int | None = None
-        self.started_s: float | None = None  # seconds from launch to ready
-        self._proc: subprocess.Popen | None = None
-        self._folder: Path | None = None
-
-    @property
-    def model(self) -> str:
-        return f"hosted_vllm/{self.name}"
-
-    @property
-    def base_url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server is not running; use it as a context manager or call start()")
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> VLLMServer:
         python = vllm_python()
-        if not (self.model_dir / "config.json").is_file():
-            raise PrerequisiteError(f"{self.model_dir} is not a model directory (no config.json)")
-        self._folder = Path(tempfile.mkdtemp(prefix="pats-vllm-"))
-        self.port = free_port()
+        self._folder_for("pats-vllm-")
         env = {
             **os.environ,
             "HF_HUB_OFFLINE": "1",
@@ -108,65 +91,4 @@ class VLLMServer:
         # answer (seen on the reviser's schema), which is then cut. xgrammar is vLLM's default backend
         # for these schemas; the flag needs it named.
         command += ["--structured-outputs-config", json.dumps(COMPACT_JSON)]
-        log = open(self._folder / "vllm.log", "wb")  # noqa: SIM115 - closed with the process
-        began = time.monotonic()
-        self._proc = subprocess.Popen(
-            command, cwd=self._folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        try:
-            self._wait_ready(self._proc, began)
-        except BaseException:
-            self.stop()
-            raise
-        self.started_s = time.monotonic() - began
-        return self
-
-    def _wait_ready(self, proc: subprocess.Popen, began: float) -> None:
-        url = f"http://127.0.0.1:{self.port}/health"
-        while time.monotonic() - began < self.ready_s:
-            if proc.poll() is not None:
-                raise PrerequisiteError(
-                    f"vLLM exited with code {proc.returncode} before it was ready:\n" + self.log_tail()
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(1.0)
-        raise PrerequisiteError(f"vLLM did not answer {url} within {self.ready_s:g}s:\n" + self.log_tail())
-
-    def requests(self) -> int:
-        """Chat completions the server has answered so far, any status (from its access log)."""
-        path = self._folder / "vllm.log" if self._folder else None
-        if path is None or not path.is_file():
-            return 0
-        return path.read_text(errors="replace").count('"POST /v1/chat/completions HTTP/1.1"')
-
-    def log_tail(self, chars: int = 3000) -> str:
-        path = self._folder / "vllm.log" if self._folder else None
-        if path is None or not path.is_file():
-            return "(no log)"
-        return path.read_text(errors="replace")[-chars:]
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            # vLLM runs an engine core in a child process: stop the whole session it leads.
-            os.killpg(self._proc.pid, 15)
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, 9)
-                self._proc.wait(timeout=10)
-        self._proc = None
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
-
-    def __enter__(self) -> VLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return self._launch(command, env)
