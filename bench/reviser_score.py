@@ -2,13 +2,13 @@
 
 `score(bundle, reviser, count_tokens)` calls `reviser.revise` once with the bundle's input (the first
 attempt of a review: no feedback, no retry with the errors, no rules fallback) and checks the answer
-with the review's own validator (`validate_edits`, with the run's min_citations, removal, task plans
-and grow mode). It counts: whether an edit list came back (`parsed`; an answer the reviser could not
-read raises JudgeError and is not parsed), the edits proposed, the edits no validator problem names
-(`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review applies),
-the refusing rules by name, whether the citations keep the citation rules, and the type's scaffold
-tokens before and after applying the valid edits (counted with the run's policy tokenizer). Calls,
-tokens and seconds are the reviser's own `usage()` over the call.
+with the review's own check (`pats.review.check_edits`: the validator with the run's min_citations,
+removal, task plans and grow mode). It counts: whether an edit list came back (`parsed`; an answer the
+reviser could not read raises JudgeError and is not parsed), the edits proposed, the edits no validator
+problem names (`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review
+applies), the refusing rules by name, whether the citations keep the citation rules, and the type's
+scaffold tokens before and after applying the valid edits (counted with the run's policy tokenizer).
+Calls, tokens and seconds are the reviser's own `usage()` over the call.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from reviser_bundles import ReviserBundle
 
 from pats.errors import JudgeError
 from pats.protocols import TokenCounter
-from pats.scaffold.validate import validate_edits
-from pats.types import AddEdit, DeleteEdit, Edit, LLMUsage, Record, ScaffoldEntry, UpdateEdit
+from pats.review import check_edits
+from pats.scaffold.validate import texts_after
+from pats.types import Edit, LLMUsage, Record
 
 # The validator's messages, by the rule that wrote them (pats/scaffold/validate.py): the first pattern
 # a problem matches names it.
@@ -85,30 +86,9 @@ def named_edits(problem: str) -> set[int]:
     return {int(i) for i in m.group(1).replace(",", " ").split()} if m else set()
 
 
-def tokens_after(entries: Sequence[ScaffoldEntry], edits: Sequence[Edit], count: TokenCounter) -> int:
-    """The entries' tokens once `edits` are applied (targets that do not exist change nothing)."""
-    deleted = {e.entry_id for e in edits if isinstance(e, DeleteEdit)}
-    updated = {e.entry_id: e.text for e in edits if isinstance(e, UpdateEdit)}
-    texts = [updated.get(e.id, e.text) for e in entries if e.id not in deleted]
-    texts += [e.text for e in edits if isinstance(e, AddEdit)]
-    return sum(count(t) for t in texts)
-
-
 def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> dict:
     """The validator's view of an edit set for this bundle (the fields of BundleScore it sets)."""
-    sc = bundle.scaffold
-    problems = validate_edits(
-        edits,
-        bundle.assessment.mode,
-        bundle.entries,
-        bundle.cards,
-        count,
-        removal=sc.removes,
-        min_citations=sc.min_citations,
-        task_type=bundle.task_type,
-        task_plans=sc.task_plans,
-        add_only=bundle.add_only,
-    )
+    problems = check_edits(bundle.scaffold, edits, bundle.assessment, bundle.entries, bundle.cards, count)
     rules = tuple(rule_of(p) for p in problems)
     set_wide = any(not named_edits(p) for p in problems)
     named = set().union(*(named_edits(p) for p in problems)) if problems else set()
@@ -123,7 +103,7 @@ def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> 
         "ops": tuple(e.op for e in edits),
         "edits": tuple(edits),
         "tokens_before": sum(count(e.text) for e in bundle.entries),
-        "tokens_after": tokens_after(bundle.entries, valid, count),
+        "tokens_after": sum(count(t) for t in texts_after(bundle.entries, valid)),
     }
 
 

@@ -45,6 +45,7 @@ from pats.types import (
     LLMUsage,
     ReviewResult,
     RolloutGroup,
+    ScaffoldEntry,
     ScaffoldVersion,
     ScaffoldView,
     Task,
@@ -150,7 +151,6 @@ class Reviewer:
         self.store, self.mode = store, spec.mode
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
-        self.removal = spec.removes
         self.fallback_streak = 0  # steps in a row in which the rules reviser answered every task type
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
@@ -255,23 +255,35 @@ class Reviewer:
         return TypeRevision(tuple(edits), tuple(refused), True, over)
 
     def _check(self, edits, assessment: Assessment, entries, cards) -> list[str]:
-        errors = validate_edits(
-            edits,
-            assessment.mode,
-            entries,
-            cards,
-            self.count_tokens,
-            removal=self.removal,
-            min_citations=self.spec.min_citations,
-            task_type=assessment.task_type,
-            task_plans=self.spec.task_plans,
-            add_only=self.mode == "grow",
-        )
-        return errors
+        return check_edits(self.spec, edits, assessment, entries, cards, self.count_tokens)
 
     def _usage(self) -> LLMUsage:
         """The judge's and the reviser's LLM work so far (the fallback rules reviser calls none)."""
         return self.judge.usage() + self.reviser.usage()
+
+
+def check_edits(
+    spec: ScaffoldSpec,
+    edits: Sequence[Edit],
+    assessment: Assessment,
+    entries: Sequence[ScaffoldEntry],
+    cards: Sequence[EvidenceCard],
+    count_tokens: TokenCounter,
+) -> list[str]:
+    """The review's check of one task type's edit set under the run's scaffold settings (empty: it is
+    accepted); bench/reviser_score.py scores reviser answers with it."""
+    return validate_edits(
+        edits,
+        assessment.mode,
+        entries,
+        cards,
+        count_tokens,
+        removal=spec.removes,
+        min_citations=spec.min_citations,
+        task_type=assessment.task_type,
+        task_plans=spec.task_plans,
+        add_only=spec.mode == "grow",  # a bank that only grows (SkillRL-like)
+    )
 
 
 def _announce_streak(step: int, refused: Sequence[str]) -> None:

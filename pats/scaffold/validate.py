@@ -140,7 +140,7 @@ def validate_edits(
         else:
             view = type_entries(entries, task_type, task_ids)
             before = sum(count_tokens(e.text) for e in view)
-            after = sum(count_tokens(text) for text in _texts_after(view, edits))
+            after = sum(count_tokens(text) for text in texts_after(view, edits))
             if after >= before:
                 problems.append(
                     f"edit set (COMPRESS): the type's entries go from {before} to {after} tokens; COMPRESS "
@@ -298,8 +298,8 @@ def _mode_problems(edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool) ->
     return problems
 
 
-def _texts_after(view: Sequence[ScaffoldEntry], edits: Sequence[AnyEdit]) -> list[str]:
-    """Texts of the type's entries once the set is applied (unknown targets are ignored here)."""
+def texts_after(view: Sequence[ScaffoldEntry], edits: Sequence[AnyEdit]) -> list[str]:
+    """Texts of the entries once the set is applied (targets that do not exist change nothing)."""
     deleted = {e.entry_id for e in edits if isinstance(e, DeleteEdit)}
     updated = {e.entry_id: e.text for e in edits if isinstance(e, UpdateEdit)}
     texts = [updated.get(e.id, e.text) for e in view if e.id not in deleted]
