@@ -103,6 +103,5 @@ def build_scaffold_policy(
         fallback,
         count_tokens,
         expert_plan=expert_plan if sc.privileged else None,
-        card_tokens=sc.budget.card_tokens,
     )
     return ScaffoldPolicy(sc.mode, store, reviewer)

@@ -146,11 +146,10 @@ class Reviewer:
         fallback: Reviser,
         count_tokens: TokenCounter,
         expert_plan: Callable[[Task], Sequence[str] | None] | None = None,
-        card_tokens: int = 256,
     ):
         self.store, self.mode = store, spec.mode
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
-        self.count_tokens, self.expert_plan, self.card_tokens = count_tokens, expert_plan, card_tokens
+        self.count_tokens, self.expert_plan = count_tokens, expert_plan
         self.fallback_streak = 0  # steps in a row in which the rules reviser answered every task type
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
@@ -160,7 +159,7 @@ class Reviewer:
             if "expert" in self.spec.cards and self.expert_plan is not None:
                 plan = self.expert_plan(group.task)
             cards += build_cards(
-                group, self.spec.cards, self.count_tokens, self.card_tokens, expert_plan=plan
+                group, self.spec.cards, self.count_tokens, self.spec.budget.card_tokens, expert_plan=plan
             )
         return cards
 

@@ -1,5 +1,6 @@
 """`ScaffoldPolicy` in each composition (pats.review): mode none (no store), static (a store, no
-reviewer), and the commit of a set the store refuses; the records' defaults and immutability."""
+reviewer), and the commit of a set the store refuses; the records' defaults and immutability; and the
+`Reviewer`'s merge of its task types' reviews, with a scripted judge and revisers."""
 
 from __future__ import annotations
 
@@ -8,9 +9,23 @@ import dataclasses
 
 import pytest
 
-from pats.review import Committed, ScaffoldPolicy, TypeRevision
+from pats.errors import JudgeError
+from pats.review import Committed, Reviewer, ScaffoldPolicy, TypeRevision
 from pats.scaffold import ScaffoldStore
-from pats.types import EMPTY_VIEW, AddEdit, ReviewResult, Task
+from pats.spec.models import ScaffoldSpec
+from pats.types import (
+    EMPTY_VIEW,
+    AddEdit,
+    Assessment,
+    JudgeState,
+    LLMUsage,
+    ReviewMode,
+    ReviewResult,
+    Rollout,
+    RolloutGroup,
+    Task,
+    UpdateEdit,
+)
 
 TASKS = [Task(id=f"fake:twc:train:{i}", type="twc", split="train", env="fake") for i in range(2)]
 BANK = [
@@ -81,3 +96,136 @@ def test_the_records_default_to_nothing_and_are_frozen():
     for record, field in ((TypeRevision(), "fallback"), (committed, "version")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(record, field, None)
+
+
+# ---- the Reviewer: each type's review, merged into the step's result ----------------------------------
+
+
+def rollout_group(task_id: str, task_type: str, step: int = 1) -> RolloutGroup:
+    task = Task(id=task_id, type=task_type, split="train", env="fake")
+    rollouts = tuple(
+        Rollout(id=f"{task_id}-{i}", task_id=task_id, scaffolded=True, scaffold_version="v1", turns=(),
+                reward=float(i % 2), success=bool(i % 2))
+        for i in range(2)
+    )  # fmt: skip
+    return RolloutGroup(step=step, task=task, scaffold_version="v1", rollouts=rollouts)
+
+
+GROUPS = [rollout_group("ta", "a"), rollout_group("tb", "b")]
+ENTRIES = [
+    AddEdit(kind="skill", scope="general", text="Read the goal before you act."),
+    AddEdit(kind="skill", scope="type:b", text="Open the doors you pass."),
+]
+
+
+class Judge:
+    """Assesses every type in REVISE and counts one grade cut off by the budget per review."""
+
+    def __init__(self, types=("a", "b")):
+        self.types, self.cut, self.loaded = types, 0, None
+
+    async def assess(self, step, groups, cards, entries):
+        self.cut += 1
+        return [
+            Assessment(task_type=t, mode=ReviewMode.REVISE, ema_success=0.5, pressure=0.0) for t in self.types
+        ]
+
+    def usage(self) -> LLMUsage:
+        return LLMUsage(over_budget=self.cut)
+
+    def state_dict(self):
+        return {"ema": {"a": 0.5}}
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+class Reviser:
+    """Answers each type from a script: a list of edits, an exception to raise, or seconds to hang."""
+
+    def __init__(self, by_type):
+        self.by_type, self.asked = by_type, []
+
+    async def revise(self, step, assessment, cards, entries, feedback=()):
+        self.asked.append(assessment.task_type)
+        answer = self.by_type[assessment.task_type]
+        if isinstance(answer, Exception):
+            raise answer
+        if isinstance(answer, float):
+            await asyncio.sleep(answer)
+        return list(answer) if isinstance(answer, list) else []
+
+    def usage(self) -> LLMUsage:
+        return LLMUsage()
+
+
+def reviewer(count_tokens, reviser, fallback=None, *, budget_s=300.0, cards=("outcome",), expert_plan=None):
+    store = ScaffoldStore(count_tokens, 256)
+    store.seed(ENTRIES)  # e1 general, e2 type:b
+    spec = ScaffoldSpec(mode="pats", min_citations=0, review_budget_s=budget_s, cards=cards)
+    fallback = fallback or Reviser({"a": [], "b": []})
+    return Reviewer(store, spec, Judge(), reviser, fallback, count_tokens, expert_plan=expert_plan)
+
+
+def test_the_types_sets_merge_and_a_shared_entry_is_edited_once_first_type_first(count_tokens):
+    first = UpdateEdit(entry_id="e1", text="Read the whole goal first.")
+    skill = AddEdit(kind="skill", scope="type:b", text="Look under the tables.")
+    again = UpdateEdit(entry_id="e1", text="Read the goal, then make a plan.")
+    doors = UpdateEdit(entry_id="e2", text="Open every door you pass.")
+    review = reviewer(count_tokens, Reviser({"a": [first], "b": [skill, again, doors]}))
+    result = asyncio.run(review.review(1, GROUPS))
+    assert result.edits == (first, skill, doors), "b's edit of e1 (a's already) is dropped, the rest kept"
+    assert result.refused == () and result.fallback is False and result.fallback_streak == 0
+    assert result.over_budget == 1, "the judge's one cut grade, no reviser call cut off"
+
+
+def test_a_review_adds_up_what_its_types_cost_and_refused(count_tokens):
+    doors = UpdateEdit(entry_id="e2", text="Open every door you pass.")
+    review = reviewer(count_tokens, Reviser({"a": 5.0, "b": [doors]}), budget_s=0.2)
+    result = asyncio.run(review.review(1, GROUPS))
+    assert result.edits == (doors,)
+    assert result.refused == (
+        "a: reviser stopped at the step's review budget (scaffold.review_budget_s=0.2)",
+    )
+    assert result.fallback is True, "the rules answered for a (b's own set stood)"
+    assert result.over_budget == 2, "a's reviser call and the judge's grade, both cut off"
+    assert result.fallback_streak == 0, "not every type fell back"
+
+
+def test_a_reviser_replaced_for_every_type_three_steps_in_a_row_is_announced_once(count_tokens, capsys):
+    failing = Reviser({"a": JudgeError("no answer"), "b": JudgeError("no answer")})
+    review = reviewer(count_tokens, failing)
+    streaks = [asyncio.run(review.review(s, GROUPS)).fallback_streak for s in range(4)]
+    assert streaks == [1, 2, 3, 4]
+    err = capsys.readouterr().err
+    assert err.count("steps in a row") == 1 and "warning: step 2: the LLM reviser has failed 3 steps" in err
+    assert "First problem of step 2: a: reviser failed: no answer." in err
+    review.reviser = Reviser({"a": [], "b": []})
+    assert asyncio.run(review.review(4, GROUPS)).fallback_streak == 0, "an answer ends the streak"
+
+
+def test_expert_cards_need_the_card_type_and_a_plan(count_tokens):
+    plans = []
+
+    def plan(task):
+        plans.append(task.id)
+        return ["go to kitchen", "take key"]
+
+    def card_types(**kwargs):
+        result = asyncio.run(reviewer(count_tokens, Reviser({"a": [], "b": []}), **kwargs).review(1, GROUPS))
+        return sorted({c.type for c in result.cards})
+
+    assert card_types(cards=("outcome", "expert"), expert_plan=plan) == ["expert", "outcome"]
+    assert plans == ["ta", "tb"]
+    assert card_types(cards=("outcome", "expert")) == ["outcome"]
+    assert card_types(cards=("outcome",), expert_plan=plan) == ["outcome"] and plans == ["ta", "tb"]
+
+
+def test_the_judges_state_goes_through_the_policy(count_tokens):
+    review = reviewer(count_tokens, Reviser({}))
+    policy = ScaffoldPolicy("pats", review.store, review)
+    assert policy.judge_state() == JudgeState({"ema": {"a": 0.5}})
+    state = JudgeState({"ema": {"b": 0.25}})
+    policy.load_judge_state(state)
+    assert review.judge.loaded == {"ema": {"b": 0.25}} and review.judge.loaded is not state.root
+    ScaffoldPolicy("none").load_judge_state(state)  # no judge: nothing to load, no error
