@@ -449,3 +449,51 @@ def test_compress_refuses_a_set_that_keeps_the_token_count(check, count_tokens):
     assert count_tokens(same) == count_tokens(ENTRIES[1].text), "the test needs an equal count"
     problems = check([update("e2", same)], C)
     assert len(problems) == 1 and "COMPRESS must lower the total" in problems[0], problems
+
+
+def test_the_mode_and_duplicate_messages_read_whole(check):
+    assert check([add(SKILLS[0])], P) == [
+        "edit 0 (ADD skill type:twc): PRUNE only deletes; drop this edit and DELETE the type's least useful "
+        "entries until it is under budget"
+    ]
+    assert check([add(SKILLS[0])], C)[0] == (
+        "edit 0 (ADD skill type:twc): COMPRESS adds only beside an UPDATE or DELETE of what it replaces; "
+        "merge into an existing entry with UPDATE, or DELETE the entries it replaces"
+    )
+    assert check([add(SKILLS[0]), add(SKILLS[1])], R) == [
+        "edits 0, 1: 2 skill/plan ADDs; REVISE accepts at most 1 skill/plan ADDs (plans count as skills) "
+        "and 1 mistake ADD; keep the best-supported ones"
+    ]
+    assert check([delete("e2")], E) == [
+        "edit 0 (DELETE e2): EXPAND does not delete; drop this DELETE (deletions are for REVISE, COMPRESS "
+        "and PRUNE) or UPDATE the entry instead"
+    ]
+    same = ENTRIES[1].text
+    assert check([add(same)], E) == [
+        "edit 0 (ADD skill type:twc): text is a near-duplicate of entry 'e2' in scope 'type:twc' (similarity "
+        "1.00 >= 0.85); UPDATE 'e2' instead, or say something it does not"
+    ]
+    assert check([add(SKILLS[0]), add(SKILLS[0].upper())], E) == [
+        "edit 1 (ADD skill type:twc): text is a near-duplicate of edit 0's ADD (similarity 1.00 >= 0.85); "
+        "keep one of the two"
+    ]
+
+
+def test_an_edit_of_an_unknown_entry_does_not_stop_the_duplicate_check_of_the_next(check):
+    problems = check([update("e9", "Anything at all."), add(ENTRIES[1].text)], R)
+    assert len(problems) == 2, problems
+    assert "no entry 'e9'" in problems[0] and "near-duplicate of entry 'e2'" in problems[1]
+
+
+def test_an_update_is_checked_against_every_entry_not_just_up_to_one_updated_later(count_tokens):
+    entries = [
+        entry("a1", "type:twc", "Open every closed container first."),
+        entry("a2", "type:twc", "Carry one item at a time."),
+        entry("a3", "type:twc", "Walk to the kitchen before anything else."),
+    ]
+    # Edit 0 copies a3; a2, between them in order, is updated by the later edit 1 (skipped for edit 0).
+    edits = [update("a1", entries[2].text), update("a2", "Drop what you do not need.")]
+    problems = validate_edits(
+        edits, R, entries, CARDS, count_tokens, removal=True, min_citations=2, task_type="twc"
+    )
+    assert len(problems) == 1 and "edit 0 (UPDATE a1): text is a near-duplicate of entry 'a3'" in problems[0]
