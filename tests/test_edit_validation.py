@@ -497,3 +497,11 @@ def test_an_update_is_checked_against_every_entry_not_just_up_to_one_updated_lat
         edits, R, entries, CARDS, count_tokens, removal=True, min_citations=2, task_type="twc"
     )
     assert len(problems) == 1 and "edit 0 (UPDATE a1): text is a near-duplicate of entry 'a3'" in problems[0]
+
+
+def test_a_delete_or_an_empty_text_does_not_stop_the_duplicate_check_of_the_next(check):
+    for first in (delete("e1"), add("   ")):
+        problems = check([first, add(ENTRIES[1].text)], R)
+        assert any(
+            "edit 1 (ADD skill type:twc): text is a near-duplicate of entry 'e2'" in p for p in problems
+        )
