@@ -144,10 +144,11 @@ class Reviser:
     """Answers each type from a script: a list of edits, an exception to raise, or seconds to hang."""
 
     def __init__(self, by_type):
-        self.by_type, self.asked = by_type, []
+        self.by_type, self.asked, self.feedback = by_type, [], []
 
     async def revise(self, step, assessment, cards, entries, feedback=()):
         self.asked.append(assessment.task_type)
+        self.feedback.append(list(feedback))
         answer = self.by_type[assessment.task_type]
         if isinstance(answer, Exception):
             raise answer
@@ -159,10 +160,12 @@ class Reviser:
         return LLMUsage()
 
 
-def reviewer(count_tokens, reviser, fallback=None, *, budget_s=300.0, cards=("outcome",), expert_plan=None):
+def reviewer(
+    count_tokens, reviser, fallback=None, *, budget_s=300.0, cards=("outcome",), expert_plan=None, mode="pats"
+):
     store = ScaffoldStore(count_tokens, 256)
     store.seed(ENTRIES)  # e1 general, e2 type:b
-    spec = ScaffoldSpec(mode="pats", min_citations=0, review_budget_s=budget_s, cards=cards)
+    spec = ScaffoldSpec(mode=mode, min_citations=0, review_budget_s=budget_s, cards=cards)
     fallback = fallback or Reviser({"a": [], "b": []})
     return Reviewer(store, spec, Judge(), reviser, fallback, count_tokens, expert_plan=expert_plan)
 
@@ -177,11 +180,14 @@ def test_the_types_sets_merge_and_a_shared_entry_is_edited_once_first_type_first
     assert result.edits == (first, skill, doors), "b's edit of e1 (a's already) is dropped, the rest kept"
     assert result.refused == () and result.fallback is False and result.fallback_streak == 0
     assert result.over_budget == 1, "the judge's one cut grade, no reviser call cut off"
+    assert 0 <= result.seconds < 60
+    assert review.reviser.feedback == [[], []], "a first attempt gets no feedback"
 
 
 def test_a_review_adds_up_what_its_types_cost_and_refused(count_tokens):
     doors = UpdateEdit(entry_id="e2", text="Open every door you pass.")
-    review = reviewer(count_tokens, Reviser({"a": 5.0, "b": [doors]}), budget_s=0.2)
+    # a hangs 0.6 s: past the 0.2 s budget, so its call is cut off there, not at a second or never.
+    review = reviewer(count_tokens, Reviser({"a": 0.6, "b": [doors]}), budget_s=0.2)
     result = asyncio.run(review.review(1, GROUPS))
     assert result.edits == (doors,)
     assert result.refused == (
@@ -197,9 +203,15 @@ def test_a_reviser_replaced_for_every_type_three_steps_in_a_row_is_announced_onc
     review = reviewer(count_tokens, failing)
     streaks = [asyncio.run(review.review(s, GROUPS)).fallback_streak for s in range(4)]
     assert streaks == [1, 2, 3, 4]
+    assert failing.asked == ["a", "b"] * 4, "a failed call is not asked again"
     err = capsys.readouterr().err
-    assert err.count("steps in a row") == 1 and "warning: step 2: the LLM reviser has failed 3 steps" in err
-    assert "First problem of step 2: a: reviser failed: no answer." in err
+    assert err.count("steps in a row") == 1
+    assert err == (
+        "warning: step 2: the LLM reviser has failed 3 steps in a row; the rules reviser answered every task "
+        "type in its place. First problem of step 2: a: reviser failed: no answer. Training goes on; check "
+        "reviser.llm (model, api_base, api_key_env) and the metrics review/llm_faults, "
+        "review/fallback_streak.\n"
+    )
     review.reviser = Reviser({"a": [], "b": []})
     assert asyncio.run(review.review(4, GROUPS)).fallback_streak == 0, "an answer ends the streak"
 
@@ -216,6 +228,8 @@ def test_expert_cards_need_the_card_type_and_a_plan(count_tokens):
         return sorted({c.type for c in result.cards})
 
     assert card_types(cards=("outcome", "expert"), expert_plan=plan) == ["expert", "outcome"]
+    result = asyncio.run(reviewer(count_tokens, Reviser({"a": [], "b": []})).review(1, GROUPS))
+    assert sorted({c.task_id for c in result.cards}) == ["ta", "tb"], "every group's cards"
     assert plans == ["ta", "tb"]
     assert card_types(cards=("outcome", "expert")) == ["outcome"]
     assert card_types(cards=("outcome",), expert_plan=plan) == ["outcome"] and plans == ["ta", "tb"]
@@ -227,5 +241,52 @@ def test_the_judges_state_goes_through_the_policy(count_tokens):
     assert policy.judge_state() == JudgeState({"ema": {"a": 0.5}})
     state = JudgeState({"ema": {"b": 0.25}})
     policy.load_judge_state(state)
-    assert review.judge.loaded == {"ema": {"b": 0.25}} and review.judge.loaded is not state.root
+    assert review.judge.loaded == {"ema": {"b": 0.25}}
+    assert review.judge.loaded["ema"] is not state.root["ema"], "a deep copy: the judge may change it"
     ScaffoldPolicy("none").load_judge_state(state)  # no judge: nothing to load, no error
+
+
+BAD = [UpdateEdit(entry_id="e9", text="Anything."), UpdateEdit(entry_id="e8", text="Anything else.")]
+BAD_ERRORS = [
+    "edit 0 (UPDATE e9): no entry 'e9' exists; UPDATE only ids of this type's entries (e1, e2)",
+    "edit 1 (UPDATE e8): no entry 'e8' exists; UPDATE only ids of this type's entries (e1, e2)",
+]
+BAD_NOTE = "; ".join(BAD_ERRORS)
+
+
+def test_an_invalid_set_is_retried_once_with_its_errors_then_the_fallback_answers(count_tokens):
+    llm, rules = Reviser({"b": BAD}), Reviser({"b": BAD})
+    review = reviewer(count_tokens, llm, rules)
+    review.judge.types = ("b",)
+    result = asyncio.run(review.review(1, GROUPS))
+    assert llm.asked == ["b", "b"] and llm.feedback == [[], BAD_ERRORS]
+    assert rules.asked == ["b"]
+    assert result.refused == (
+        f"b attempt 1: {BAD_NOTE}",
+        f"b attempt 2: {BAD_NOTE}",
+        f"b fallback: {BAD_NOTE}",
+    )
+    assert result.edits == () and result.fallback is True, "the fallback answered, and its set was refused"
+
+
+def test_when_the_rules_are_the_reviser_their_refused_set_is_no_fallback(count_tokens):
+    rules = Reviser({"b": BAD})
+    review = reviewer(count_tokens, rules, rules)
+    review.judge.types = ("b",)
+    result = asyncio.run(review.review(1, GROUPS))
+    assert rules.asked == ["b", "b"] and result.refused == (
+        f"b attempt 1: {BAD_NOTE}",
+        f"b attempt 2: {BAD_NOTE}",
+    )
+    assert result.fallback is False and result.fallback_streak == 0
+
+
+def test_mode_grow_refuses_anything_but_adds(count_tokens):
+    doors = UpdateEdit(entry_id="e2", text="Open every door you pass.")
+    review = reviewer(count_tokens, Reviser({"b": [doors]}), mode="grow")
+    review.judge.types = ("b",)
+    result = asyncio.run(review.review(1, GROUPS))
+    assert (
+        result.edits == ()
+        and "b attempt 1: edit 0 (UPDATE e2): mode grow only adds entries" in result.refused[0]
+    )
