@@ -290,3 +290,12 @@ def test_mode_grow_refuses_anything_but_adds(count_tokens):
         result.edits == ()
         and "b attempt 1: edit 0 (UPDATE e2): mode grow only adds entries" in result.refused[0]
     )
+
+
+def test_the_streak_warning_quotes_at_most_300_characters_of_the_first_problem(count_tokens, capsys):
+    long = "x" * 400
+    review = reviewer(count_tokens, Reviser({"a": JudgeError(long), "b": JudgeError(long)}))
+    for step in range(3):
+        asyncio.run(review.review(step, GROUPS))
+    quoted = f"a: reviser failed: {long}"[:300]
+    assert f"First problem of step 2: {quoted}. Training goes on" in capsys.readouterr().err
