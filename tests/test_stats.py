@@ -1,18 +1,16 @@
-"""bench/stats.py: intervals that count seeds and games, checked on hand-built outcomes."""
+"""pats/stats.py (once bench/stats.py, which re-exports it): intervals that count seeds and games,
+checked on hand-built outcomes; the crossed design against the nested one and the games alone."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import stats  # noqa: E402
+from pats import stats
 
 
 def games(rates: list[float], episodes: int = 2) -> dict[str, list[float]]:
@@ -163,3 +161,92 @@ def test_auc_of_two_points_and_of_none():
 def test_detectable_difference_clamps_p_to_0_02_and_0_98():
     assert stats.detectable_difference(0.999, 100) == stats.detectable_difference(0.98, 100)
     assert stats.detectable_difference(0.0, 100) == stats.detectable_difference(0.02, 100)
+
+
+def test_bench_stats_is_the_package_module(repo):
+    spec = importlib.util.spec_from_file_location("bench_stats", repo / "bench" / "stats.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name in ("hierarchical_difference", "hierarchical_rate", "paired_bootstrap", "wilson", "auc"):
+        assert getattr(bench, name) is getattr(stats, name)  # `from stats import ...` in bench/ keeps working
+
+
+def identical_seeds(seeds: int, n: int, rng_seed: int) -> dict[int, dict[str, list[float]]]:
+    """`seeds` copies of one seed's outcomes on `n` games (4 episodes each, win rate drawn per game)."""
+    rng = random.Random(rng_seed)
+    one = {
+        f"g{i}": [float(rng.random() < p) for _ in range(4)]
+        for i, p in enumerate(rng.random() for _ in range(n))
+    }
+    return {s: one for s in range(seeds)}
+
+
+def test_crossed_with_identical_seeds_is_the_bootstrap_over_games_alone():
+    # Identical seeds carry no seed-to-seed variance: the crossed interval must be the one of a
+    # bootstrap over the games alone (up to Monte Carlo error: other draws of the same distribution).
+    # The nested one draws each seed's games apart, counts the 4 copies of a game as 4 games and comes
+    # out about 1/sqrt(4) as wide.
+    a, b = identical_seeds(4, 40, rng_seed=3), identical_seeds(4, 40, rng_seed=4)
+    d, lo, hi = stats.paired_bootstrap(a[0], b[0], draws=4000)
+    crossed = stats.crossed_difference(a, b, draws=4000).interval
+    assert crossed.estimate == pytest.approx(d)
+    assert crossed.lo == pytest.approx(lo, abs=0.03) and crossed.hi == pytest.approx(hi, abs=0.03)
+    nested = stats.hierarchical_difference(a, b, draws=4000).interval
+    assert nested.hi - nested.lo < 0.65 * (hi - lo)
+    rate = stats.crossed_rate(a, draws=4000)
+    alone = stats.hierarchical_rate({0: a[0]}, draws=4000)
+    assert rate.lo == pytest.approx(alone.lo, abs=0.03) and rate.hi == pytest.approx(alone.hi, abs=0.03)
+
+
+def test_seeds_that_disagree_widen_the_crossed_interval():
+    # 24 games, 4 episodes each, win rates 1/4, 2/4 or 3/4. Agreeing: every seed has those rates.
+    # Disagreeing: seeds 0 and 2 win one episode more of every game, seeds 1 and 3 one fewer. Pooled
+    # over seeds every game is the same in both, so a bootstrap over games alone sees no difference.
+    rates = [(1 + i % 3) / 4 for i in range(24)]
+    agree = {s: games(rates, episodes=4) for s in range(4)}
+    disagree = {s: games([r + (0.25 if s % 2 == 0 else -0.25) for r in rates], episodes=4) for s in range(4)}
+    b = {s: games([0.0] * 24, episodes=4) for s in range(4)}
+    pooled = lambda by_seed: {g: [x for s in sorted(by_seed) for x in by_seed[s][g]] for g in by_seed[0]}  # noqa: E731
+    assert stats.paired_bootstrap(pooled(agree), pooled(b)) == stats.paired_bootstrap(
+        pooled(disagree), pooled(b)
+    )
+    same = stats.crossed_difference(agree, b).interval
+    wide = stats.crossed_difference(disagree, b).interval
+    assert same.estimate == wide.estimate == pytest.approx(0.5)
+    assert (wide.hi - wide.lo) > 1.5 * (same.hi - same.lo)
+
+
+def test_crossed_and_nested_against_a_hand_computed_distribution():
+    # Two seeds, two games, one episode each; differences a - b: seed 0 (g0 1, g1 0), seed 1 (1, 1).
+    a = {0: {"g0": [1.0], "g1": [0.0]}, 1: {"g0": [1.0], "g1": [1.0]}}
+    b = {0: {"g0": [0.0], "g1": [0.0]}, 1: {"g0": [0.0], "g1": [0.0]}}
+    # Crossed: 4 seed draws x 4 game draws, equally likely. Seeds (0, 0) give 1, .5, .5, 0; (1, 1) give
+    # 1 four times; (0, 1) and (1, 0) give 1, .75, .75, .5. So P(0) = 1/16 > 2.5% and P(1) = 7/16:
+    # the interval is [0, 1] around the estimate 3/4.
+    c = stats.crossed_difference(a, b)
+    assert (c.interval.estimate, c.interval.lo, c.interval.hi) == (0.75, 0.0, 1.0)
+    assert c.design == "crossed" and c.per_seed == ((0, 0.5), (1, 1.0))
+    # Nested: 0 needs seeds (0, 0) and g1 in all four game draws, 1/4 * 1/16 = 1/64 < 2.5%; 0.25 needs
+    # (0, 0) and one g0 in four, 1/4 * 4/16: P(<= .25) = 5/64 > 2.5%, so the lower end is 0.25.
+    n = stats.hierarchical_difference(a, b)
+    assert (n.interval.lo, n.interval.hi) == (0.25, 1.0) and n.design == "nested"
+    # seed_game_difference picks crossed here (both seeds play g0 and g1), nested when they do not.
+    assert stats.seed_game_difference(a, b) == c
+    a2 = {0: a[0], 1: {"g0": [1.0], "g2": [1.0]}}
+    b2 = {0: b[0], 1: {"g0": [0.0], "g2": [0.0]}}
+    assert stats.seed_game_difference(a2, b2).design == "nested"
+    assert not stats.shared_games(a2) and stats.shared_games(a, b)
+
+
+def test_crossed_keeps_only_the_games_every_seed_has_and_one_seed_is_the_game_bootstrap():
+    a = {0: {"x": [1.0], "y": [0.0], "z": [1.0]}, 1: {"x": [1.0], "y": [1.0]}}
+    b = {0: {"x": [0.0], "y": [0.0], "z": [0.0]}, 1: {"x": [0.0], "y": [0.0]}}
+    c = stats.crossed_difference(a, b)
+    assert c.per_seed == ((0, 0.5), (1, 1.0))  # z, which seed 1 did not play, is left out
+    one_a, one_b = {0: spread(7, 1, 20)[0]}, {0: spread(8, 1, 20)[0]}
+    crossed, nested = stats.crossed_difference(one_a, one_b), stats.hierarchical_difference(one_a, one_b)
+    assert crossed.interval == nested.interval  # draw for draw
+    assert math.isnan(stats.crossed_difference(a, {9: {"x": [0.0]}}).interval.estimate)
+    rate, design = stats.seed_game_rate({0: {"x": [0.0, 0.0]}, 1: {"x": [0.0]}})
+    assert design == "crossed" and rate == stats.Interval(0.0, *stats.wilson(0, 1))  # one game: Wilson of 0/1
