@@ -1,8 +1,9 @@
 """Stage 0: can guidance reach the untrained policy at all? The go/no-go before any demonstration.
 
 The sensitivity probe (bench/sensitivity.py: no training, the untrained policy, training-fold probe
-games 500-515, `--samples` sampled episodes each, the sampler reseeded per cell so every cell sees the
-same games and random stream) over the variables nobody had tried:
+games 500-515 unless `--probe-offset`/`--tasks` say otherwise, `--samples` sampled episodes each, the
+sampler reseeded per cell so every cell sees the same games and random stream) over the variables
+nobody had tried:
 - setting: `twc` (1 room, 2 items, 10 turns) and `twc1-t5` (1 room, 1 item, 5 turns);
 - temperature 1.0 and 0.5 (the policy samples from the softmax over admissible actions);
 - placement of the guidance: `turn` (right before the admissible actions) and `system`;
@@ -12,18 +13,23 @@ same games and random stream) over the variables nobody had tried:
 A (setting, temperature, placement) passes when none <= 0.10, expert >= 0.25, expert - control >= +0.10
 with its 95% interval (paired over games) excluding 0, and the expert likelihood gap >= 0.2 nats
 (docs/results.md, stated before the cells ran). `none` does not depend on the placement: one cell.
-Cells run none, expert, control, family; once none or expert (or the expert's likelihood gap) misses
-its bar, the combination fails whatever the rest show, and its remaining cells are skipped unless
-`--complete` is given.
+Cells run none, expert, control, family (`--guidance` plays part of them: family is no criterion);
+once none or expert (or the expert's likelihood gap) misses its bar, the combination fails whatever
+the rest show, and its remaining cells are skipped unless `--complete` is given.
 
 Each cell writes bench/results/stage0/<setting>-T<temperature>[-<placement>]-<guidance>.json when it
 finishes (commit it); a rerun fills only the missing cells. Another policy (or any other spec change)
 is given as `--set KEY=VALUE ...` overrides of every probe spec, recorded in each cell; its cells go to
-their own folder, named after the overrides (`cells_folder`), never beside the 135M policy's.
+their own folder, named after the overrides (`cells_folder`), never beside the 135M policy's; so do
+cells on other probe games than 500-515 (`-games<first>-<last>`): a folder holds one set of games.
 
     python bench/stage0.py
     python bench/stage0.py --report-only
     python bench/stage0.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
+    python bench/stage0.py --settings twc --temperatures 1.0 --placements turn --probe-offset 600 \
+        --tasks 32 --guidance expert control --complete --threads 1 \
+        --warm-start bench/results/warm_start/twc_reading_from_cookingworld \
+        --set scaffold.plan_view=next policy.score_normalization=sum
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ TEMPERATURES = (1.0, 0.5)
 PLACEMENTS = ("turn", "system")
 GUIDED = ("expert", "control", "family")
 PASS = {"none_max": 0.10, "expert_min": 0.25, "expert_minus_control": 0.10, "gap_min": 0.2}
+GAMES = (500, 16)  # the probe games every cell before issue 42 played: (first train-fold index, count)
 # Keys every probe spec gets from the grid or a flag: `--set` may not change them (the cell names and
 # the warm start would no longer say what played).
 OWNED = {
@@ -92,25 +99,42 @@ def variant_spec(
     return spec
 
 
-def cells_folder(warm_name: str | None, overrides: list[str]) -> Path:
-    """bench/results/stage0[-<warm start name>][-<overrides_key>]/: without --set, the committed folders."""
+def cells_folder(warm_name: str | None, overrides: list[str], games: tuple[int, int] = GAMES) -> Path:
+    """bench/results/stage0[-<warm start name>][-<overrides_key>][-games<first>-<last>]/: without --set
+    and on the default probe games, the committed folders."""
+    first, count = games
     parts = [
         "stage0",
         *([warm_name] if warm_name else []),
         *([overrides_key(overrides)] if overrides else []),
+        *([f"games{first}-{first + count - 1}"] if games != GAMES else []),
     ]
     return RESULTS / "-".join(parts)
 
 
-def check_overrides(folder: Path, overrides: list[str]) -> None:
+def probe_games(cell: dict) -> tuple[int, int]:
+    """(first train-fold index, count) of the probe games a cell played, from its task ids."""
+    first = int(cell["probe_tasks"][0].rsplit(":", 1)[1])
+    return first, len(cell["probe_tasks"])
+
+
+def check_overrides(folder: Path, overrides: list[str], games: tuple[int, int] | None = None) -> None:
     """Refuse a folder whose cells were played with other --set overrides (two override lists can give
-    one folder name): one folder, one policy and spec."""
+    one folder name) or, when `games` is given, on other probe games: one folder, one policy, spec and
+    set of games."""
     for path in sorted(folder.glob("*.json")):
-        had = json.loads(path.read_text()).get("set", [])  # cells written before --set ran without
+        cell = json.loads(path.read_text())
+        had = cell.get("set", [])  # cells written before --set ran without
         if had != overrides:
             raise SystemExit(
                 f"{path} was played with --set {had or 'nothing'}, these cells would be {overrides or 'nothing'}: "
                 "a folder holds the cells of one set of overrides; move the other cells away first"
+            )
+        if games is not None and "probe_tasks" in cell and probe_games(cell) != games:
+            (a, n), (b, m) = probe_games(cell), games
+            raise SystemExit(
+                f"{path} played probe games {a}-{a + n - 1}, these cells would play {b}-{b + m - 1}: "
+                "a folder holds the cells of one set of games; move the other cells away first"
             )
 
 
@@ -147,7 +171,7 @@ def run(args) -> None:
     for name in args.settings:
         for temperature in args.temperatures:
             for placement in args.placements:
-                kinds = (["none"] if placement == args.placements[0] else []) + list(GUIDED)
+                kinds = (["none"] if placement == args.placements[0] else []) + list(args.guidance)
                 ids = {k: cell_id(name, temperature, None if k == "none" else placement, k) for k in kinds}
                 if any(load(args.cells, ids[k]) is None for k in kinds):
                     asyncio.run(play(args, name, temperature, placement, kinds, ids))
@@ -186,13 +210,14 @@ async def play(args, name, temperature, placement, kinds, ids) -> None:
 
 
 def verdict(cells: dict[str, dict], name: str, temperature: float, placement: str) -> tuple[str, bool | None]:
-    """One table row for a (setting, temperature, placement), and whether it passes (None: cells missing)."""
+    """One table row for a (setting, temperature, placement), and whether it passes (None: cells missing;
+    family is shown, not judged: a row without it has its verdict)."""
     got = {
         k: cells.get(cell_id(name, temperature, None if k == "none" else placement, k))
         for k in ("none", *GUIDED)
     }
     rate = "{:.3f} ({}/{})".format
-    if any(c is None for c in got.values()):
+    if any(got[k] is None for k in ("none", "expert", "control")):
         if why := settled(got["none"], got["expert"]):
             shown = [
                 rate(c["success"], c["successes"], c["episodes"]) if c else "not run" for c in got.values()
@@ -206,9 +231,7 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
             None,
         )
     none, expert, control, family = (got[k] for k in ("none", "expert", "control", "family"))
-    assert (
-        none is not None and expert is not None and control is not None and family is not None
-    )  # all ran: see above
+    assert none is not None and expert is not None and control is not None  # all ran: see above
     d, lo, hi = paired_bootstrap(expert["per_task"], control["per_task"])
     gap = expert["likelihood_gap"].get("gap")
     checks = [
@@ -221,7 +244,7 @@ def verdict(cells: dict[str, dict], name: str, temperature: float, placement: st
     row = (f"| {name} | {temperature} | {placement} | {rate(none['success'], none['successes'], none['episodes'])} {mark[0]} "
            f"| {rate(expert['success'], expert['successes'], expert['episodes'])} {mark[1]} "
            f"| {rate(control['success'], control['successes'], control['episodes'])} "
-           f"| {rate(family['success'], family['successes'], family['episodes'])} "
+           f"| {rate(family['success'], family['successes'], family['episodes']) if family else 'not run'} "
            f"| {d:+.3f} [{lo:+.3f}, {hi:+.3f}] {mark[2]} | {fmt(gap)} {mark[3]} "
            f"| {'**PASS**' if all(checks) else 'fail'} |")  # fmt: skip
     return row, all(checks)
@@ -267,6 +290,9 @@ def main(argv=None) -> None:
     p.add_argument("--group", type=int, default=4, help="(the rules guidance's group size; unused here)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (1 on a machine shared with other jobs: 2 threads there run far slower)")  # fmt: skip
+    p.add_argument("--guidance", nargs="+", default=list(GUIDED), choices=GUIDED,
+                   help="the guided cells to play, in the grid's order whatever the order given (default: all; "
+                   "family is shown, not judged)")  # fmt: skip
     p.add_argument("--complete", action="store_true",
                    help="also run control and family where none or expert already failed the combination")  # fmt: skip
     p.add_argument("--warm-start", type=Path, default=None, metavar="DIR",
@@ -280,13 +306,15 @@ def main(argv=None) -> None:
                    help="build and validate every probe spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="the table from the cell files")
     args = p.parse_args(argv)
+    args.guidance = [k for k in GUIDED if k in args.guidance]  # none, expert, control, family: each decides
+    games = (args.probe_offset, args.tasks)
     warm_name = None
     if args.warm_start is not None:
         if not (args.warm_start / "adapter").is_dir():
             p.error(f"--warm-start {args.warm_start}: no adapter/ there; give the folder `pats warm-start SPEC` wrote "
                     "(<logging.root>/<name>/warm_start)")  # fmt: skip
         warm_name = yaml.safe_load((args.warm_start / "spec.yaml").read_text())["name"]
-    args.cells = cells_folder(warm_name, args.set)
+    args.cells = cells_folder(warm_name, args.set, games)
     if args.set or args.check:  # every spec the run would build, validated before anything loads
         try:
             for name in args.settings:
@@ -297,7 +325,7 @@ def main(argv=None) -> None:
                         )
         except SpecError as err:
             p.exit(SpecError.exit_code, f"error: {err}\n")
-    check_overrides(args.cells, args.set)
+    check_overrides(args.cells, args.set, games)
     if args.check:
         print(
             f"ok: {len(args.settings) * len(args.temperatures) * len(args.placements)} probe specs; "

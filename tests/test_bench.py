@@ -321,12 +321,71 @@ def test_stage0_verdict_applies_every_criterion(tmp_path):
     only = {k: v for k, v in full.items() if not k.endswith(("control", "family"))}
     assert stage0.verdict(only, "twc", 1.0, "turn")[1] is None  # expert passes: control still decides
     low = cells(0, 1, 0, 0.5)
-    row, ok = stage0.verdict({k: v for k, v in low.items() if not k.endswith("family")}, "twc", 1.0, "turn")
+    row, ok = stage0.verdict({k: v for k, v in low.items() if not k.endswith(("control", "family"))}, "twc", 1.0, "turn")  # fmt: skip
     assert ok is False and "expert 0.125 < 0.25" in row and "not run" in row
+    row, ok = stage0.verdict({k: v for k, v in low.items() if not k.endswith("family")}, "twc", 1.0, "turn")
+    assert ok is False and "0.125 (2.0/16) **no**" in row and "| not run |" in row  # family is not judged
     flat = {k: v for k, v in cells(0, 4, 0, 0.1).items() if k.endswith(("none", "expert"))}
     assert stage0.verdict(flat, "twc", 1.0, "turn")[1] is False  # the gap alone fails it
     none_only = {k: v for k, v in cells(2, 4, 0, 0.5).items() if k.endswith("none")}
     assert "none 0.250 > 0.1" in stage0.verdict(none_only, "twc", 1.0, "turn")[0]
+
+
+def test_stage0_on_other_probe_games_has_its_own_folder_and_refuses_mixed_games(tmp_path, capsys):
+    """Cells on other games than 500-515 go to a folder named after them, and a folder never mixes games."""
+    import stage0
+
+    warm, sets = (
+        "twc_reading_from_cookingworld",
+        ["scaffold.plan_view=next", "policy.score_normalization=sum"],
+    )
+    folder = stage0.cells_folder(warm, sets, (600, 32))
+    assert folder.name == f"stage0-{warm}-plan_viewnext-score_normalizationsum-games600-631"
+    assert stage0.cells_folder(warm, sets, (500, 16)) == stage0.cells_folder(warm, sets)  # the committed one
+    assert stage0.cells_folder(None, [], (600, 32)).name == "stage0-games600-631"
+
+    ids = [f"twx:twc:train:{i}" for i in range(500, 516)]
+    (tmp_path / "twc-T0.5-none.json").write_text(json.dumps({"set": sets, "probe_tasks": ids}))
+    stage0.check_overrides(tmp_path, sets, (500, 16))
+    stage0.check_overrides(tmp_path, sets)  # games unchecked
+    with pytest.raises(SystemExit, match="played probe games 500-515, these cells would play 600-631"):
+        stage0.check_overrides(tmp_path, sets, (600, 32))
+
+    stage0.main(["--settings", "twc", "--temperatures", "1.0", "--placements", "turn", "--probe-offset", "600",
+                 "--tasks", "32", "--guidance", "control", "expert", "--check"])  # fmt: skip
+    assert (
+        capsys.readouterr().out
+        == f"ok: 1 probe specs; cells go to {common.RESULTS / 'stage0-games600-631'}\n"
+    )
+
+
+def test_stage0_guidance_plays_the_chosen_cells_in_order_and_judges_without_family(tmp_path, monkeypatch):
+    import stage0
+
+    played = []
+
+    async def play(args, name, temperature, placement, kinds, ids):
+        played.append(tuple(kinds))
+
+    monkeypatch.setattr(stage0, "play", play)
+    monkeypatch.setattr(stage0, "cells_folder", lambda warm, overrides, games: tmp_path)
+    stage0.main(["--settings", "twc", "--temperatures", "1.0", "--placements", "turn", "--probe-offset", "600",
+                 "--tasks", "32", "--guidance", "control", "expert"])  # fmt: skip
+    assert played == [("none", "expert", "control")]  # the grid's order, whatever the order given
+
+    def cell(wins, gap=None):
+        per_task = {f"g{i}": [1.0 if i < wins else 0.0] * 2 for i in range(8)}
+        return {"success": wins / 8, "successes": 2 * wins, "episodes": 16, "per_task": per_task,
+                "likelihood_gap": {"gap": gap} if gap is not None else {}}  # fmt: skip
+
+    cells = {stage0.cell_id("twc", 1.0, None, "none"): cell(0),
+             stage0.cell_id("twc", 1.0, "turn", "expert"): cell(4, 0.5),
+             stage0.cell_id("twc", 1.0, "turn", "control"): cell(0)}  # fmt: skip
+    row, ok = stage0.verdict(cells, "twc", 1.0, "turn")
+    assert ok is True and "| not run |" in row and "**PASS**" in row
+    cells[stage0.cell_id("twc", 1.0, "turn", "control")] = cell(4)
+    row, ok = stage0.verdict(cells, "twc", 1.0, "turn")
+    assert ok is False and "+0.000 [+0.000, +0.000] **no**" in row
 
 
 def test_stage0_from_a_warm_start_plays_its_adapter_with_its_lora(tmp_path):
@@ -655,7 +714,7 @@ def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, m
         played.append((name, temperature, placement, tuple(kinds)))
 
     monkeypatch.setattr(stage0, "play", play)
-    monkeypatch.setattr(stage0, "cells_folder", lambda warm, overrides: tmp_path)
+    monkeypatch.setattr(stage0, "cells_folder", lambda warm, overrides, games: tmp_path)
     stage0.main(["--settings", "twc", "--temperatures", "0.5", "--placements", "turn"])
     assert played == [("twc", 0.5, "turn", ("none", "expert", "control", "family"))]
     rows = (tmp_path / "summary.md").read_text().splitlines()[2:]
