@@ -25,6 +25,14 @@ def rollout_metrics(rollouts: Sequence[Rollout], prefix: str) -> dict[str, float
     }
 
 
+def task_outcomes(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
+    """Task id -> its episodes' successes (1.0 or 0.0), in play order: an evaluation's outcomes by game."""
+    out: dict[str, list[float]] = {}
+    for r in rollouts:
+        out.setdefault(r.task_id, []).append(float(r.success))
+    return out
+
+
 def group_metrics(groups: Sequence[RolloutGroup]) -> dict[str, float]:
     scaffolded = [r for g in groups for r in g.scaffolded]
     probes = [r for g in groups for r in g.probes]

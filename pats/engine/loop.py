@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
 from pats.logging.events import EventLog
-from pats.metrics import group_metrics, rollout_metrics
+from pats.metrics import group_metrics, rollout_metrics, task_outcomes
 from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import ScaffoldPolicy
 from pats.spec.models import ExperimentSpec
@@ -103,14 +103,14 @@ class Engine:
     async def evaluate(self, step: int) -> dict[str, float]:
         """Held-out tasks without the scaffold (deployment), and with it for the reliance gap; the
         training pool without it (eval.pool); the expert actions' likelihood with and without it."""
-        metrics = rollout_metrics(
-            await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks)), "eval"
-        )
+        bare = await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks))
+        metrics = rollout_metrics(bare, "eval")
+        outcomes = {"outcomes": task_outcomes(bare)}  # by game, for `pats compare`
         if self.spec.eval.with_scaffold and self.scaffold.store is not None:
             views = [self.scaffold.view(t) for t in self.eval_tasks]
-            with_scaffold = rollout_metrics(
-                await self.backend.evaluate(self.eval_tasks, views), "eval_with_scaffold"
-            )
+            scaffolded = await self.backend.evaluate(self.eval_tasks, views)
+            with_scaffold = rollout_metrics(scaffolded, "eval_with_scaffold")
+            outcomes["outcomes_with_scaffold"] = task_outcomes(scaffolded)
             metrics.update(with_scaffold)
             metrics["eval/reliance_gap"] = (
                 with_scaffold["eval_with_scaffold/success"] - metrics["eval/success"]
@@ -121,7 +121,7 @@ class Engine:
         if self.likelihood_gap is not None:
             view_for = self.scaffold.view if self.scaffold.store is not None else None
             metrics |= await asyncio.to_thread(self.likelihood_gap, view_for)
-        self.events.write(step, "eval", metrics=metrics)
+        self.events.write(step, "eval", metrics=metrics, **outcomes)
         for sink in self.sinks:
             sink.log(max(step, 0), metrics)
         return metrics

@@ -149,6 +149,7 @@ async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = 
             spec.name,
             spec.model_dump(mode="json"),
             run_id=wandb_id,
+            group=spec.logging.group,
         )
         sinks.append(wandb_sink)
         wandb_id = wandb_sink.run_id

@@ -159,6 +159,10 @@ class StepEndEvent(EventRecord):
 class EvalEvent(EventRecord):
     event: Literal["eval"] = "eval"
     metrics: dict[str, float]
+    # Held-out task id -> its episodes' successes (1.0 won, 0.0 not), without the scaffold and with it:
+    # what `pats compare` resamples by game. Empty in logs written before pats kept them.
+    outcomes: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    outcomes_with_scaffold: dict[str, tuple[float, ...]] = Field(default_factory=dict)
 
 
 Event = (

@@ -501,6 +501,11 @@ class LoggingSpec(SpecModel):
     wandb: Literal["offline", "online", "disabled"] = "offline"
     project: str = "pats"
     entity: str | None = None
+    group: str | None = Field(
+        None,
+        description="W&B group of the run (the local backend); `pats sweep` sets it to the sweep's name, so "
+        "its cells sit together in W&B.",
+    )
     progress: bool = Field(True, description="Live progress display in the terminal.")
 
 
