@@ -1,4 +1,5 @@
-"""`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema and data.
+"""`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema, data
+and sweep.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -400,8 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     from pats.data.command import add_data_parser
+    from pats.sweep.command import add_sweep_parser
 
     add_data_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 

@@ -22,7 +22,9 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -111,20 +113,29 @@ def make_backend(spec: ExperimentSpec, make_env):
     return LocalBackend(spec, make_env)
 
 
-async def train(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | None = None) -> Path:
-    """Train from scratch (state None) or from a checkpoint state; returns the run directory."""
+async def train(
+    spec: ExperimentSpec,
+    run_dir: Path,
+    state: Checkpoint | None = None,
+    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] = make_env_factory,
+    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] = make_backend,
+    count_tokens: Callable[[str], int] | None = None,
+) -> Path:
+    """Train from scratch (state None) or from a checkpoint state; returns the run directory. The
+    environment factory, backend and token counter (None: the policy's tokenizer) are the spec's
+    unless given: pats.testing.sweep trains with fakes in their place."""
     from pats.models import token_counter
 
     # What can refuse (the model and its LoRA, the environment, the checkpoint's weights) comes before
     # anything is written, so a refused resume leaves its run directory as it was. The backend first:
     # it sets process-wide options (threads, malloc arenas) before the environments start threads.
-    make_env = make_env_factory(spec)
-    backend = make_backend(spec, make_env)
+    make_env = env_factory(spec)
+    backend = backend_for(spec, make_env)
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
     start = state.step + 1 if state else 0  # the first step this invocation trains
-    count_tokens = token_counter(spec.policy.model)
+    count_tokens = count_tokens or token_counter(spec.policy.model)
     if state:
         backend.load(Path(state.path))
     likelihood_gap = await _likelihood_gap(spec, env, backend, train_tasks)
@@ -321,16 +332,19 @@ def _train_with_verl(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | No
 
 # trainer.backend -> how a run of that backend trains, fresh (state None) or resumed: the one lookup
 # `pats run` and `pats run --resume` use for both backends (its keys are the spec's backend kinds).
-TRAINERS = {"local": _train_locally, "verl": _train_with_verl}
+Trainer = Callable[[ExperimentSpec, Path, "Checkpoint | None"], Path]
+TRAINERS: Mapping[str, Trainer] = {"local": _train_locally, "verl": _train_with_verl}
 
 
-def run_spec(spec: ExperimentSpec) -> Path:
+def run_spec(spec: ExperimentSpec, trainers: Mapping[str, Trainer] = TRAINERS) -> Path:
+    """`pats run SPEC`: check, then train in a new run directory; `trainers` replaces the lookup
+    above (pats sweep passes it on, so its tests can train with fakes)."""
     check_inputs(spec)
     run_dir = run_dir_for(spec)
     made = _missing_folders(run_dir)
     before = set(run_dir.iterdir()) if run_dir.is_dir() else set()
     try:
-        return TRAINERS[spec.trainer.backend](spec, new_run(spec), None)
+        return trainers[spec.trainer.backend](spec, new_run(spec), None)
     except RunInterrupted:
         raise  # its message points at the run directory to resume
     except BaseException:
@@ -367,7 +381,7 @@ def _remove_new(run_dir: Path, before: set[Path], made: list[Path]) -> None:
             break
 
 
-def resume(run_dir: Path) -> Path:
+def resume(run_dir: Path, trainers: Mapping[str, Trainer] = TRAINERS) -> Path:
     spec, state = load_run(run_dir)
     check_inputs(spec)
-    return TRAINERS[spec.trainer.backend](spec, run_dir, state)
+    return trainers[spec.trainer.backend](spec, run_dir, state)

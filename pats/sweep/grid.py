@@ -1,0 +1,192 @@
+"""A sweep's grid: specs x override combinations x seeds, each cell a resolved, validated spec.
+
+A sweep comes from the command line (`pats sweep SPEC... --seeds 0-3 KEY=VALUE...`) or from a YAML file
+whose one top-level key is `sweep:` (`SweepSpec`'s fields; spec paths relative to that file), for grids
+too large to type. Every cell is loaded and validated before anything runs, and every problem of every
+cell is reported at once.
+
+Names: a cell's condition is its spec's `name` (after the overrides), with `-<key><value>` per grid
+value when the sweep has a grid; its run is `<condition>-s<seed>` in `<root>/<sweep name>/`. Each cell
+gets `seed`, `name`, `logging.root` and `logging.group` (the sweep's name: one W&B group per sweep) as
+overrides after the sweep's own, so those four keys belong to the sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from pats.errors import SpecError, SpecIssue
+from pats.spec.base import SpecModel
+from pats.spec.models import ExperimentSpec
+
+# Overrides the sweep sets in every cell; one of them in a sweep's own overrides or grid is refused.
+OWNED = {"seed": "--seeds (or the sweep's seeds:)", "name": "the spec files' names", "logging.root": "--root",
+         "logging.group": "--name (the sweep's name is the W&B group)"}  # fmt: skip
+
+
+class SweepSpec(SpecModel):
+    """The `sweep:` section of a sweep file (and what `pats sweep`'s arguments build)."""
+
+    name: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_.\-]*$",
+        description="Folder under root and W&B group; empty: derived from the grid.",
+    )
+    specs: tuple[str, ...] = Field(min_length=1, description="Experiment spec files, one condition each.")
+    seeds: tuple[int, ...] = Field((0,), min_length=1, description="Every condition runs once per seed.")
+    overrides: tuple[str, ...] = Field((), description="KEY=VALUE overrides applied to every cell.")
+    grid: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="KEY -> values: every combination is a condition of every spec."
+    )
+    root: str = Field("runs/sweeps", description="Sweeps are written to <root>/<name>/.")
+    cpus: float = Field(1.0, gt=0, description="CPUs a cell asks of Ray (--ray).")
+    gpus: float = Field(0.0, ge=0, description="GPUs a cell asks of Ray (--ray).")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a sweep: its condition, seed, and the resolved spec it trains."""
+
+    condition: str
+    seed: int
+    spec: ExperimentSpec
+    source: str  # the spec file
+    overrides: tuple[str, ...]  # what was applied to it, the sweep's included
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.spec.logging.root) / self.spec.name
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """'0-3' -> (0, 1, 2, 3); '0,2,5' and '0-1,4' as expected; refused with the form to write."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+            raise SpecError(f"--seeds {text!r}: write seeds as 0-3, 0,2,5 or 0-1,4 (ranges low-high)")
+        seeds += range(int(m[1]), int(m[2] or m[1]) + 1)
+    return tuple(dict.fromkeys(seeds))
+
+
+def is_sweep_file(path: str | Path) -> bool:
+    """A YAML file whose only top-level key is `sweep`."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and set(data) == {"sweep"}
+
+
+def load_sweep_file(path: str | Path) -> SweepSpec:
+    """A sweep file's section, its spec paths made relative to the file's folder."""
+    path = Path(path)
+    section = yaml.safe_load(path.read_text(encoding="utf-8"))["sweep"]
+    if not isinstance(section, dict):
+        raise SpecError(
+            SpecIssue("sweep", "must be a mapping of name, specs, seeds, overrides, grid, ..."),
+            file=str(path),
+        )
+    if isinstance(section.get("specs"), list):
+        section["specs"] = [
+            str(path.parent / s) if not Path(s).is_absolute() else s for s in section["specs"]
+        ]
+    section.setdefault("name", path.stem)
+    return validated(section, str(path))
+
+
+def validated(section: dict, where: str) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(section)
+    except ValidationError as err:
+        issues = [SpecIssue("sweep." + ".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+        raise SpecError(issues, file=where) from None
+
+
+def sweep_name(sweep: SweepSpec) -> str:
+    """The sweep's name, or one derived from its grid (the same command gives the same folder)."""
+    if sweep.name:
+        return sweep.name
+    key = repr((sorted(sweep.specs), sweep.seeds, sweep.overrides, sorted(sweep.grid.items())))
+    return "sweep-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def _label(key: str, value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "", key.split(".")[-1] + value)
+
+
+def cells(sweep: SweepSpec) -> tuple[Cell, ...]:
+    """Every cell, in order: spec, then grid combination, then seed. Raises SpecError with every
+    problem of every cell."""
+    from pats.spec import load_spec
+
+    issues = _owned_issues(sweep)
+    folder = (Path(sweep.root) / sweep_name(sweep)).absolute()
+    keys = sorted(sweep.grid)
+    combos = list(itertools.product(*(sweep.grid[k] for k in keys))) or [()]
+    out: list[Cell] = []
+    for source in sweep.specs:
+        for combo in combos:
+            varied = tuple(f"{k}={v}" for k, v in zip(keys, combo, strict=True))
+            try:
+                base = load_spec(source, [*sweep.overrides, *varied])
+            except SpecError as err:
+                issues += [_in(i, source) for i in err.issues]
+                continue
+            condition = "-".join([base.name, *(_label(k, v) for k, v in zip(keys, combo, strict=True))])
+            for seed in sweep.seeds:
+                extra = (f"seed={seed}", f"name={condition}-s{seed}", f"logging.root={folder}",
+                         f"logging.group={sweep_name(sweep)}")  # fmt: skip
+                overrides = (*sweep.overrides, *varied, *extra)
+                out.append(Cell(condition, seed, load_spec(source, overrides), source, overrides))
+    issues += list(dict.fromkeys(_duplicates(out)))
+    if issues:
+        raise SpecError(issues, file="pats sweep")
+    return tuple(out)
+
+
+def _in(issue: SpecIssue, source: str) -> SpecIssue:
+    return SpecIssue(issue.path, issue.message, issue.source or source)
+
+
+def _owned_issues(sweep: SweepSpec) -> list[SpecIssue]:
+    issues = []
+    for text in (*sweep.overrides, *(f"{k}=" for k in sweep.grid)):
+        key = text.partition("=")[0].strip()
+        for mine, instead in OWNED.items():
+            if key == mine or key.startswith(mine + ".") or mine.startswith(key + "."):
+                issues.append(
+                    SpecIssue(key, f"is set per cell by the sweep; use {instead}", f"override '{text}'")
+                )
+    return issues
+
+
+def _duplicates(found: Sequence[Cell]) -> list[SpecIssue]:
+    seen: dict[str, str] = {}
+    issues = []
+    for cell in found:
+        if cell.name in seen and seen[cell.name] != cell.source:
+            issues.append(
+                SpecIssue(
+                    "name",
+                    f"'{cell.condition}' is the name of both {seen[cell.name]} and {cell.source}; "
+                    "give each spec its own name: (a condition is a spec's name)",
+                    cell.source,
+                )  # fmt: skip
+            )
+        elif cell.name in seen:
+            issues.append(SpecIssue("specs", f"{cell.source} is given twice", "pats sweep"))
+        seen.setdefault(cell.name, cell.source)
+    return issues

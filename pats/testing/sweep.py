@@ -1,0 +1,53 @@
+"""Runs in milliseconds for sweep and compare tests: pats' own `train()` (engine, scaffold, review,
+event log, checkpoints and resume) on `FakeEnv` tasks with a `ScriptedBackend` in place of the model.
+
+`scripted_trainers(step_s)` is a drop-in for `pats.engine.run.TRAINERS`: `run_spec(spec, trainers)`,
+`resume(run_dir, trainers)` and `pats.sweep.run_sweep(..., trainers=...)` train any local-backend spec
+with it. The spec's environment and policy sections are ignored (FakeEnv's 4 training and 4 held-out
+tasks, the scripted policy); its seed, trainer, scaffold, eval and logging sections are used. Specs
+should set `eval.gap_tasks=0` (the likelihood gap needs a real model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pats.spec.models import ExperimentSpec
+from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
+
+
+class _SlowBackend(ScriptedBackend):
+    """A ScriptedBackend whose update takes `step_s` seconds of wall time (a window to kill a run in)."""
+
+    def __init__(self, seed: int, step_s: float):
+        super().__init__(improving_schedule(), seed=seed)
+        self.step_s = step_s
+
+    async def update(self, played):
+        time.sleep(self.step_s)  # blocks like a real update, so a signal lands mid-step
+        return await super().update(played)
+
+
+def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0) -> Path:
+    """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run)."""
+    from pats.engine.run import train
+
+    return asyncio.run(
+        train(
+            spec,
+            run_dir,
+            state,
+            env_factory=lambda s: lambda: FakeEnv(num_tasks=4),
+            backend_for=lambda s, make_env: _SlowBackend(s.seed, step_s),
+            count_tokens=lambda text: len(text.split()),
+        )
+    )
+
+
+def scripted_trainers(step_s: float = 0.0) -> Mapping[str, object]:
+    """`TRAINERS` with the local backend trained by `scripted_train`; picklable (Ray tasks take it)."""
+    return {"local": functools.partial(scripted_train, step_s=step_s)}
