@@ -1,5 +1,5 @@
-"""`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema, data
-and sweep.
+"""`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema, data,
+sweep and compare.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -400,11 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write (default schemas/experiment.schema.json)")
     p.set_defaults(func=cmd_schema)
 
+    from pats.compare.command import add_compare_parser
     from pats.data.command import add_data_parser
     from pats.sweep.command import add_sweep_parser
 
     add_data_parser(sub)
     add_sweep_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 

@@ -1,0 +1,6 @@
+"""`pats compare`: runs grouped by condition (runs.py), the table with intervals (table.py), files (output.py)."""
+
+from pats.compare.runs import RunRecord, read_run, run_dirs
+from pats.compare.table import BaselineDifference, Comparison, ConditionRow, compare
+
+__all__ = ["BaselineDifference", "Comparison", "ConditionRow", "RunRecord", "compare", "read_run", "run_dirs"]

@@ -1,0 +1,111 @@
+"""What `pats compare` reads from each run: one typed record per run directory, from its spec and its
+event log alone (a finished run, a crashed one, or one still going).
+
+A run's condition is its spec's name without the `-s<seed>` that `pats sweep` appends, so the cells of
+a sweep, and runs named that way by hand, group by condition. Held-out outcomes are the per-game
+successes of the run's last evaluation (the checkpoint after its last evaluated step), without and
+with the scaffold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+
+from pats.errors import PrerequisiteError
+
+Outcomes = dict[str, tuple[float, ...]]  # game id -> its episodes' successes
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_dir: Path
+    condition: str
+    seed: int
+    scaffold_mode: str
+    steps_planned: int
+    steps_done: int
+    eval_step: int | None  # the step whose checkpoint the last evaluation measured (None: never evaluated)
+    heldout: Outcomes  # without the scaffold
+    heldout_with_scaffold: Outcomes
+    train_success: float  # mean over the steps done
+    informative_fraction: float
+    prompt_tokens: float  # per rollout, mean over steps
+    scaffold_entries: float  # after the last step
+    scaffold_tokens: float
+    edits: int  # ADD + UPDATE + DELETE over the run
+    removals: int  # DELETE
+    curves: dict[str, tuple[tuple[int, float], ...]]  # metric -> (step, value), steps and evaluations
+
+
+CURVES = ("train/success", "train/informative_fraction", "scaffold/tokens")
+EVAL_CURVES = ("eval/success", "eval_with_scaffold/success")
+
+
+def condition_of(name: str, seed: int) -> str:
+    suffix = f"-s{seed}"
+    return name[: -len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else name
+
+
+def read_run(run_dir: Path) -> RunRecord:
+    from pats.engine.run import load_run
+    from pats.logging.events import EvalEvent, StepEndEvent, read_events
+
+    spec, _ = load_run(run_dir)
+    path = run_dir / "events.jsonl"
+    steps = [(e.step, e.metrics) for e in read_events(path, StepEndEvent)] if path.is_file() else []
+    evals = read_events(path, EvalEvent) if path.is_file() else []
+    last = max(evals, key=lambda e: e.step) if evals else None
+
+    def mean(key: str) -> float:
+        values = [m[key] for _, m in steps if key in m]
+        return fmean(values) if values else float("nan")
+
+    def total(key: str) -> int:
+        return int(sum(m.get(key, 0.0) for _, m in steps))
+
+    final = steps[-1][1] if steps else {}
+    curves = {k: tuple((s, m[k]) for s, m in steps if k in m) for k in CURVES}
+    curves |= {k: tuple((e.step, e.metrics[k]) for e in evals if k in e.metrics) for k in EVAL_CURVES}
+    return RunRecord(
+        run_dir=run_dir,
+        condition=condition_of(spec.name, spec.seed),
+        seed=spec.seed,
+        scaffold_mode=spec.scaffold.mode,
+        steps_planned=spec.trainer.steps,
+        steps_done=len(steps),
+        eval_step=last.step if last else None,
+        heldout=dict(last.outcomes) if last else {},
+        heldout_with_scaffold=dict(last.outcomes_with_scaffold) if last else {},
+        train_success=mean("train/success"),
+        informative_fraction=mean("train/informative_fraction"),
+        prompt_tokens=mean("train/prompt_tokens"),
+        scaffold_entries=final.get("scaffold/entries", 0.0),
+        scaffold_tokens=final.get("scaffold/tokens", 0.0),
+        edits=total("edits/ADD") + total("edits/UPDATE") + total("edits/DELETE"),
+        removals=total("edits/DELETE"),
+        curves={k: v for k, v in curves.items() if v},
+    )
+
+
+def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
+    """Each argument is a run directory (holds spec.yaml) or a folder of them (a sweep: its sweep.json's
+    cells, else every subfolder that holds a run)."""
+    found: list[Path] = []
+    for arg in map(Path, paths):
+        if (arg / "spec.yaml").is_file():
+            found.append(arg)
+        elif (arg / "sweep.json").is_file():
+            cells = json.loads((arg / "sweep.json").read_text())["cells"]
+            found += [Path(c["run_dir"]) for c in cells if (Path(c["run_dir"]) / "spec.yaml").is_file()]
+        elif arg.is_dir() and any((sub / "spec.yaml").is_file() for sub in arg.iterdir()):
+            found += sorted(sub for sub in arg.iterdir() if (sub / "spec.yaml").is_file())
+        else:
+            raise PrerequisiteError(
+                f"{arg} is neither a pats run (no spec.yaml) nor a folder of runs; give runs/<name> or a "
+                "sweep folder (runs/sweeps/<sweep>)"
+            )
+    return list(dict.fromkeys(found))
