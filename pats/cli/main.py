@@ -365,7 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--split", default="eval", help="task split: eval (the spec's held-out split) or train")
-    p.add_argument("--tasks", type=int, help="number of tasks (default: the spec's eval size)")
+    p.add_argument(
+        "--tasks",
+        type=int,
+        help="number of tasks, the split's first N, even past the spec's environment.num_eval_tasks "
+        "(default: the spec's eval size); more than the split has is refused",
+    )
     p.add_argument("--with-scaffold", action="store_true", help="also evaluate with the final scaffold")
     p.set_defaults(func=cmd_eval)
 

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pats.engine.run import Checkpoint, load_run, make_backend, make_env_factory
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, SpecError
 from pats.fileio import write_atomic
 from pats.metrics import rollout_metrics
 from pats.protocols import PolicyBackend
@@ -76,15 +77,30 @@ async def play_heldout(
     batch: int,
     say: Callable[[str], None],
     scaffold_dir: Path | None = None,
+    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] = make_env_factory,
+    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] = make_backend,
 ) -> HeldOut:
     """The policy of `checkpoint` (None: `spec`'s untrained policy) on `split` tasks [first,
     first + count), `batch` tasks at a time (one environment per live episode), without the scaffold
     and, given a run's scaffold folder, again with each task's pinned view. `say` gets a line before
-    and one per batch."""
-    make_env = make_env_factory(spec)
+    and one per batch. The split is listed as large as asked (not capped at the spec's
+    num_eval_tasks); a split smaller than that is refused with its size. The environment factory and
+    backend are the spec's unless given (tests pass fakes)."""
+    spec = _fold_of_at_least(spec, split, first + count)
+    make_env = env_factory(spec)
     env = make_env()
-    tasks = env.tasks(split)[first : first + count]
-    backend = make_backend(spec, make_env)
+    try:
+        tasks = env.tasks(split)[first : first + count]
+    except SpecError as err:  # the fold is smaller than the size asked for (e.g. TextWorldExpress's 1000)
+        await env.close()
+        raise PrerequisiteError(f"cannot list {first + count} {split} tasks: {err}") from None
+    if len(tasks) < count:
+        await env.close()
+        raise PrerequisiteError(
+            f"the {split} split of {spec.environment.kind} has {first + len(tasks)} tasks, fewer than the "
+            f"{first + count} asked for; ask for at most {len(tasks)} (pats eval --tasks)"
+        )
+    backend = backend_for(spec, make_env)
     if checkpoint is not None:
         backend.load(Path(checkpoint.path))
     who = f"the checkpoint after step {checkpoint.step}" if checkpoint else "the untrained policy"
@@ -105,6 +121,17 @@ async def play_heldout(
         await backend.close()
         await env.close()
     return HeldOut(tuple(tasks), tuple(bare), scaffolded)
+
+
+def _fold_of_at_least(spec: ExperimentSpec, split: str, count: int) -> ExperimentSpec:
+    """`spec` with its environment listing at least `count` tasks of `split` (the fold's first ones are
+    the same whatever the size): the environment caps a split at num_train_tasks / num_eval_tasks,
+    which a larger evaluation than training's would otherwise be cut to."""
+    field = "num_train_tasks" if split == "train" else "num_eval_tasks"
+    if getattr(spec.environment, field) >= count:
+        return spec
+    environment = spec.environment.model_copy(update={field: count})
+    return spec.model_copy(update={"environment": environment})
 
 
 async def _evaluate(
