@@ -89,7 +89,7 @@ def test_export_writes_a_recognizable_launch_script_and_task_rows(tmp_path):
     spec = load_spec(ALFWORLD / "pats.yaml")
     script = export_verl(spec, tmp_path / "alfworld", data=False).launch  # alfworld tasks need its games
     text = script.read_text()
-    assert "python3 -m verl.trainer.main_ppo" in text
+    assert "python3 -m pats.backends.verl.main" in text
     for line in (
         "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.rollout.name=vllm",

@@ -113,7 +113,7 @@ def test_the_ray_runtime_env_carries_the_data_variables(tmp_path, monkeypatch):
     )
     rows, checked, train = calls
     assert rows == ["-m", "pats.backends.verl.data", str((tmp_path / "bundle").resolve())]  # --no-data
-    assert train[:2] == ["-m", "verl.trainer.main_ppo"] and train[-1] == "trainer.save_freq=5"
+    assert train[:2] == ["-m", "pats.backends.verl.main"] and train[-1] == "trainer.save_freq=5"
     # The preflight checks this node with exactly the overrides main_ppo gets, the extra ones included.
     assert checked == ["-m", "pats.backends.verl.preflight", *train[2:]]
     env_vars = compose(train[2:]).ray_kwargs.ray_init.runtime_env.env_vars
@@ -201,7 +201,7 @@ def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp
 def test_launch_sh_can_skip_the_preflight(tmp_path):
     done = export_verl(load_spec(twx_spec_file(tmp_path)), tmp_path / "out")
     (train,) = run_launch(done.launch, tmp_path, {"PATS_SKIP_PREFLIGHT": "1"})
-    assert train[:2] == ["-m", "verl.trainer.main_ppo"]
+    assert train[:2] == ["-m", "pats.backends.verl.main"]
 
 
 def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys):
@@ -237,3 +237,41 @@ def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
     assert 'pip install "verl[vllm]==0.9.1"' in readme
     assert "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in readme
     assert done.needs.flash_attn and done.needs.engine == "vllm"
+
+
+def test_a_search_qa_export_reads_its_data_under_the_data_root_of_the_node(
+    tmp_path, monkeypatch, shared_data
+):
+    """The shipped search-QA spec names its QA sets and corpus as `${data:...}`; the bundle keeps them so,
+    and a node whose data root is elsewhere (another $PATS_DATA) reads its own copies."""
+    monkeypatch.setenv("PATS_DATA", str(shared_data))
+    spec = load_spec(REPO / "experiments" / "search_qa" / "pats.yaml")
+    done = export_verl(spec, tmp_path / "out")
+    text = (tmp_path / "out" / "spec.yaml").read_text()
+    assert str(shared_data) not in text, "no path of the exporting machine's data root"
+    assert "- ${data:qa/graphrag_r2/popqa/train.parquet}" in text
+    assert "corpus: ${data:corpus/flashrag_wiki18_sample_1000.jsonl}" in text
+    assert ("environment.train_data.0", "${data:qa/graphrag_r2/popqa/train.parquet}") in done.data_refs
+    assert not [path for _, path, _ in done.absolute if path.startswith(str(shared_data))]
+    assert "${data:qa/agentic_rag/nq/test.jsonl}" in (tmp_path / "out" / "README.md").read_text()
+
+    # Another node: the bundle moved, the data root elsewhere, its training set smaller than ours.
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "cluster-data"
+    for _, ref in done.data_refs:
+        relative = ref[len("${data:") : -1]
+        if (shared_data / relative).is_file():
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shared_data / relative, root / relative)
+    train = root / "qa/graphrag_r2/popqa/train.parquet"
+    pq.write_table(pq.read_table(train).slice(0, 3), train)
+    moved = tmp_path / "elsewhere"
+    shutil.move(tmp_path / "out", moved)
+    for rows in ("train.parquet", "val.parquet"):
+        (moved / rows).unlink()
+    monkeypatch.setenv("PATS_DATA", str(root))
+
+    assert verl_data.main([str(moved)]) == 0
+    assert load_spec(moved / "spec.yaml").environment.train_data == (str(train),)
+    assert pq.read_table(moved / "train.parquet").num_rows == 3

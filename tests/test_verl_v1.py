@@ -21,6 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,10 +48,13 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 import pats.backends.verl.loop as loop_module
+import pats.backends.verl.sampler as sampler_module
 from pats.backends.verl.config import TRAIN_LOOP, compose
 from pats.backends.verl.launch import write_bundle
+from pats.backends.verl.sampler import PatsReplayBuffer
 from pats.backends.verl.service import ScaffoldService
 from pats.envs.twx import TwxEnv
+from pats.errors import TrainingError
 from pats.logging.events import StepEndEvent, read_events
 from pats.spec import load_spec
 
@@ -65,7 +74,7 @@ def local_ray():
         ray.shutdown()
 
 
-def spec_file(tmp_path):
+def spec_file(tmp_path, scaffold: str = ""):
     bank = tmp_path / "bank.json"
     bank.write_text(json.dumps({"entries": [{"kind": "skill", "scope": "general", "text": "Look first."}]}))
     path = tmp_path / "spec.yaml"
@@ -76,7 +85,7 @@ def spec_file(tmp_path):
                 "environment: {kind: twx, game: twc, params: {numLocations: 1, numItemsToPutAway: 1},",
                 f"  num_train_tasks: {TASKS}, num_eval_tasks: 1, max_turns: {TURNS}}}",
                 "policy: {max_new_tokens: 16}",
-                f"scaffold: {{initial_bank: {bank}, probe_fraction: 0, cards: [outcome, contrast, failure]}}",
+                f"scaffold: {{initial_bank: {bank}, probe_fraction: 0, cards: [outcome, contrast, failure]{scaffold}}}",
                 f"trainer: {{backend: verl, max_prompt_tokens: {PROMPT}, max_response_tokens: {RESPONSE},",
                 f"  steps: 2, tasks_per_step: {TASKS}, group_size: {GROUP}, gpus_per_node: 1,",
                 "  rollout_engine: sglang, micro_batch_per_gpu: 1, kl_coef: 0.01}",
@@ -100,8 +109,23 @@ async def first_observations(spec) -> dict[str, list[str]]:
     return plans
 
 
-def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch, local_ray):
-    spec = load_spec(spec_file(tmp_path))
+@dataclass
+class Fit:
+    """verl's sync trainer over the exported bundle, with pats' stand-ins and the service in-process."""
+
+    spec: Any
+    cfg: Any
+    run_dir: Path
+    trainer: Any
+    server: PlanServer
+    actor: StandInActor
+    loops: InProcessAgentLoops
+    service: ScaffoldService
+
+
+@contextmanager
+def verl_fit(tmp_path, monkeypatch, scaffold: str = "", refill: bool = False) -> Iterator[Fit]:
+    spec = load_spec(spec_file(tmp_path, scaffold))
     run_dir = tmp_path / "run"
     # The bundle `pats export verl` writes (spec.yaml, agent_loops.yaml, train/val parquet) and the
     # config `pats run` composes from it.
@@ -115,11 +139,20 @@ def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch,
         cfg.trainer.test_freq = -1
         cfg.trainer.save_freq = -1
         cfg.transfer_queue.enable = True  # what TaskRunnerV1.run sets
+        cfg.trainer.v1.sampler.sync_refill_failed_groups = refill
     tq.init(cfg.transfer_queue)  # what TaskRunnerV1.run does, before it builds the trainer
 
     loops = None
     try:
+        # The replay buffer (pats' PatsReplayBuffer, from the config) asks the service in this process.
+        holder: list[ScaffoldService] = []
+        monkeypatch.setattr(
+            sampler_module,
+            "stop_reason",
+            lambda spec_path, run, step: loops.call(holder[0].stop_reason(step)),
+        )
         trainer = PPOTrainerSync(cfg)
+        assert isinstance(trainer.replay_buffer, PatsReplayBuffer)
         # What PPOTrainer._setup does without the Ray worker groups: tokenizer, datasets, stand-ins.
         trainer._init_tokenizer()
         trainer._init_dataloader()
@@ -144,15 +177,23 @@ def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch,
         # The pats loops reach the scaffold service in this process (on the loops' event loop)
         # instead of the named Ray actor.
         service = loops.call(_service(cfg))
+        holder.append(service)
         monkeypatch.setattr(loop_module, "connect", lambda spec_path, run_dir: service)
-
-        trainer.fit(loops)
-        loops.call(service.wait_reviews())
-        state = loops.call(service.state())
+        yield Fit(spec, cfg, run_dir, trainer, server, actor, loops, service)
     finally:
         if loops is not None:
             loops.close()
         tq.close()
+
+
+def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch, local_ray):
+    with verl_fit(tmp_path, monkeypatch) as fit:
+        fit.trainer.fit(fit.loops)
+        fit.loops.call(fit.service.wait_reviews())
+        state = fit.loops.call(fit.service.state())
+    spec, cfg, run_dir, trainer, server, actor, loops = (
+        fit.spec, fit.cfg, fit.run_dir, fit.trainer, fit.server, fit.actor, fit.loops
+    )  # fmt: skip
 
     assert not server.unmatched, f"the script knows no plan for: {server.unmatched[0][-400:]!r}"
 
@@ -240,6 +281,39 @@ def test_two_steps_of_verls_v1_trainer_over_pats_episodes(tmp_path, monkeypatch,
     # Each step's groups played one version; step 2 played the version step 0's review wrote.
     played = [sorted(set(_versions(u["data"]))) for u in actor.updates]
     assert [len(p) for p in played] == [1, 1] and played[0] != played[1] and played[1][0] == versions[1]
+
+
+@pytest.mark.parametrize("refill", [False, True], ids=["failed-groups-kept", "failed-groups-refilled"])
+def test_a_service_that_stops_the_run_at_step_2_ends_verls_job_with_its_reason(
+    tmp_path, monkeypatch, local_ray, refill
+):
+    """Step 1's review raises; with scaffold.max_failed_reviews 1 the service stops the run, so every pin
+    of step 2 raises. verl's sync replay buffer only logs a loop that raises: by default it would end the
+    job with its own message (no materializable trajectories), with sync_refill_failed_groups it would
+    refill the failed groups forever. pats' buffer ends it with the service's reason."""
+    with verl_fit(tmp_path, monkeypatch, ", max_failed_reviews: 1", refill=refill) as fit:
+
+        async def broken(step, groups):
+            raise RuntimeError("the judge broke")
+
+        fit.service.end.scaffold.review = broken
+        done: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                fit.trainer.fit(fit.loops)
+                done.append(None)
+            except BaseException as err:  # the test reads it below
+                done.append(err)
+
+        thread = threading.Thread(target=run, daemon=True)  # a job that never ends must not hang pytest
+        thread.start()
+        thread.join(timeout=180)
+        assert done, "verl's job is still running three minutes after the service stopped the run"
+    error = done[0]
+    assert isinstance(error, TrainingError), f"{type(error).__name__}: {error}"
+    assert "the judge broke" in str(error) and "1 reviews in a row" in str(error)
+    assert len(fit.actor.updates) == 1, "step 1 trained; step 2 never reached the update"
 
 
 def _valid(lengths, width):

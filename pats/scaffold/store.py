@@ -181,16 +181,17 @@ class ScaffoldStore:
             or (e.scope.startswith("task:") and e.scope[len("task:") :] in tasks)
         ]
 
-    def pin(self, task: Task) -> ScaffoldView:
-        """The current version's view for `task`: the same object on every call until a new version."""
+    def pin(self, task: Task, ref: int | str | None = None) -> ScaffoldView:
+        """The current version's view for `task` (or version `ref`'s, see `version`): the same object
+        on every call until a new version."""
         self._remember(task)
-        version = self.current
+        version = self.current if ref is None else self.version(ref)
         key = (version.hash, task.id)
         view = self._views.get(key)
         if view is None:
-            view = render_view(
-                self.entries_for(task), task, self._count_tokens, self._view_tokens, version.hash
-            )
+            scopes = {"general", f"type:{task.type}", f"task:{task.id}"}
+            entries = [e for e in version.entries if e.scope in scopes]  # entries_for, of this version
+            view = render_view(entries, task, self._count_tokens, self._view_tokens, version.hash)
             self._views[key] = view
         return view
 

@@ -8,6 +8,9 @@ the spec come last, so a user can change any verl key without a pats release. pa
 travel in the config under `pats.*` (`pats.spec`, `pats.run_dir`): the agent loops read them from
 the trainer config they are given, so the agent loop YAML holds nothing but class names.
 
+verl's sync replay buffer is replaced by pats' (`SAMPLER`, pats.backends.verl.sampler), which ends the
+job when the scaffold service stopped the run (verl's own only logs the failed groups).
+
 Ray workers on other nodes do not inherit the launching shell: W&B's mode and the variables pats'
 environments read (`WORKER_ENV`: where the ALFWorld games, the shared data and the pats cache are)
 travel in the job's runtime env (`ray_kwargs.ray_init.runtime_env.env_vars`).
@@ -39,6 +42,15 @@ INSTALL_HINT = (
 # data folder (banks, QA sets, corpora) and the cache where ALFWorld tarballs and converted models go.
 WORKER_ENV = ("ALFWORLD_DATA", "PATS_DATA", "PATS_CACHE")
 RUNTIME_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
+# The replay buffer that stops the job when the scaffold service stopped the run (pats.backends.verl.
+# sampler), and the sampler_kwargs it reads: the service's address, and what verl gives its own sync
+# buffer, from the keys verl reads them from.
+SAMPLER = "trainer.v1.sampler"
+SAMPLER_KWARGS = {
+    "sync_refill_failed_groups": f"${{{SAMPLER}.sync_refill_failed_groups}}",
+    "train_batch_size": "${data.train_batch_size}",
+    "gen_batch_size": "${oc.select:data.gen_batch_size,null}",
+}
 
 
 def require_verl():
@@ -157,6 +169,12 @@ def verl_overrides(
         # Read by the pats agent loops and the scaffold service (see the module docstring).
         f"+pats.spec={spec_path}",
         f"+pats.run_dir={run_dir}",
+        # verl's sync replay buffer, which also ends the job when the scaffold service stopped the run.
+        f"{SAMPLER}.custom_sampler.path=pkg://pats.backends.verl.sampler",
+        f"{SAMPLER}.custom_sampler.name=PatsReplayBuffer",
+        f"+{SAMPLER}.sampler_kwargs.pats_spec={spec_path}",
+        f"+{SAMPLER}.sampler_kwargs.pats_run_dir={run_dir}",
+        *(f"+{SAMPLER}.sampler_kwargs.{key}='{value}'" for key, value in SAMPLER_KWARGS.items()),
     ]
     if tr.token_budget_per_gpu is not None:
         # Dynamic batch sizing: passes packed up to the budget (the update, the old and the reference

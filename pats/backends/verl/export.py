@@ -14,6 +14,7 @@ config is checked for, and the README lists what the nodes need; launch.sh check
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ from pats.backends.verl.launch import bundle_overrides, export_defaults, model_p
 from pats.backends.verl.preflight import Needs, needs, verl_version_problem
 from pats.errors import PatsError, PrerequisiteError, SpecError, SpecIssue
 from pats.fileio import write_atomic
-from pats.spec import ExperimentSpec
+from pats.spec import ExperimentSpec, spec_to_yaml
 from pats.spec.environments import AlfworldEnvSpec
 
 FILES = "files"  # the bundle's copies of the small files the spec reads
@@ -42,6 +43,7 @@ class Exported:
     launch: Path
     copied: tuple[tuple[str, str, str], ...]  # (spec key, source file, path in the bundle)
     absolute: tuple[tuple[str, str, bool], ...]  # (spec key, path, exists here): read on every node
+    data_refs: tuple[tuple[str, str], ...]  # (spec key, `${data:...}`): read under each node's data root
     env: tuple[tuple[str, str], ...]  # launch.sh's defaults for WORKER_ENV variables
     task_rows: bool  # False: exported with --no-data
     needs: Needs  # what the launching node needs for the composed config (launch.sh checks it)
@@ -71,14 +73,16 @@ def export_verl(spec: ExperimentSpec, out: Path, data: bool = True) -> Exported:
     if Path(model).is_absolute():
         absolute += (("policy.model", model, Path(model).exists()),)
     bundled = _with_copies(spec, copies)
+    spec_text, refs, moved = data_refs(bundled)
+    absolute = tuple(item for item in absolute if item[1] not in moved)
     env = tuple(export_defaults().items())
-    result = Exported(out, out / "launch.sh", copies, absolute, env, data, needs(config), unchecked)
+    result = Exported(out, out / "launch.sh", copies, absolute, refs, env, data, needs(config), unchecked)
     with _staged(out) as stage:
         for _, source, target in copies:
             (stage / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, stage / target)
         try:
-            write_files(bundled, stage, model, data, dict(result.env))
+            write_files(bundled, stage, model, data, dict(result.env), spec_text)
         except PrerequisiteError as err:
             raise PrerequisiteError(
                 f"{err}\nthe task rows list the environment's tasks, which needs its data here; or export "
@@ -130,6 +134,47 @@ def _read_copies(spec: ExperimentSpec, copies) -> None:
             load_bank(source)
         else:
             load_rubric(source, spec.environment.kind)
+
+
+def data_refs(spec: ExperimentSpec) -> tuple[str, tuple[tuple[str, str], ...], frozenset[str]]:
+    """(spec.yaml's text, the references it keeps, the paths they replace): every file the spec reads under this machine's data
+    root ($PATS_DATA) written back as `${data:PATH}`, so that each node's data root decides where it is
+    read, as in the shipped specs; other paths stay as they are."""
+    import yaml
+
+    from pats.places import data_root
+    from pats.spec.loader import FILE_KEYS
+
+    root = data_root().resolve()
+    data = json.loads(spec.model_dump_json())
+    refs: list[tuple[str, str]] = []
+    moved: set[str] = set()
+
+    def ref(path: str, where: str) -> str:
+        try:
+            relative = Path(path).resolve().relative_to(root)
+        except ValueError:
+            return path
+        refs.append((where, f"${{data:{relative.as_posix()}}}"))
+        moved.add(path)
+        return refs[-1][1]
+
+    for key in FILE_KEYS:
+        parent: Any = data
+        for part in key[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or not parent.get(key[-1]):
+            continue
+        value, name = parent[key[-1]], ".".join(key)
+        if isinstance(value, str) and Path(value).is_absolute():
+            parent[key[-1]] = ref(value, name)
+        elif isinstance(value, list):
+            parent[key[-1]] = [
+                ref(v, f"{name}.{i}") if Path(v).is_absolute() else v for i, v in enumerate(value)
+            ]
+    if not refs:
+        return spec_to_yaml(spec), (), frozenset()
+    return yaml.safe_dump(data, sort_keys=False, width=100), tuple(refs), frozenset(moved)
 
 
 def _with_copies(spec: ExperimentSpec, copies) -> ExperimentSpec:
@@ -196,6 +241,11 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
         "(`PATS_SKIP_PREFLIGHT=1` skips that, e.g. on a head node without GPUs)."
     )
     lines += [f"- Not checked where the bundle was written: {what}." for what in done.unchecked]
+    for key, reference in done.data_refs:
+        lines.append(
+            f"- `{key}`: `{reference}`, under the data root of every node (`$PATS_DATA`, which the "
+            "workers get through Ray's runtime env; default ~/.cache/pats/data)"
+        )
     for key, path, here in done.absolute:
         lines.append(
             f"- `{key}`: {path} on every node{'' if here else ' (not found where the bundle was written)'}"

@@ -5,11 +5,13 @@ A bundle folder holds what a verl run needs besides verl itself:
   train.parquet      training tasks (agent_name pats_agent)
   val.parquet        held-out tasks (agent_name pats_validation: never a scaffold)
   agent_loops.yaml   the loop registry verl reads through rollout.agent.agent_loop_config_path
-  launch.sh          the preflight (pats.backends.verl.preflight), then `python3 -m verl.trainer.main_ppo`,
-                     with every override, paths relative to itself
+  launch.sh          the preflight (pats.backends.verl.preflight), then `python3 -m pats.backends.verl.main`
+                     (verl's main_ppo after pats' Ray start), every override, paths relative to itself
 
 `pats run` writes the bundle to <run dir>/verl/ and calls verl's `run_ppo` in-process with the same
-overrides; a cluster user runs `bash OUT/launch.sh` on the Ray head node instead.
+overrides; a cluster user runs `bash OUT/launch.sh` on the Ray head node instead. Either way Ray is
+started by pats.backends.verl.cluster first (the run's variables from the launching environment, the CPU
+count, the preflight on every node).
 
 `pats export verl` (pats.backends.verl.export) writes the same bundle, self-contained and whole or
 not at all.
@@ -97,8 +99,17 @@ def bundle_overrides(spec: ExperimentSpec, here: str, run_dir: str, model: str) 
     )
 
 
-def write_files(spec: ExperimentSpec, out: Path, model: str, data: bool, env: Mapping[str, str]) -> None:
-    write_atomic(out / "spec.yaml", spec_to_yaml(spec))
+def write_files(
+    spec: ExperimentSpec,
+    out: Path,
+    model: str,
+    data: bool,
+    env: Mapping[str, str],
+    spec_text: str | None = None,
+) -> None:
+    """The bundle's files; `spec_text` is spec.yaml's text when it differs from `spec_to_yaml(spec)`
+    (an export keeps `${data:...}` for files under the data root)."""
+    write_atomic(out / "spec.yaml", spec_to_yaml(spec) if spec_text is None else spec_text)
     write_atomic(out / "agent_loops.yaml", AGENT_LOOPS)
     script = verl_overrides(
         spec,
@@ -160,7 +171,8 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
         "OVERRIDES=(",
     ]
     for item in overrides:
-        quoted = f'"{item}"' if "$" in item else shlex.quote(item)  # $HERE/$RUN_DIR expand
+        # $HERE/$RUN_DIR expand; OmegaConf's ${...} interpolations reach Hydra as written.
+        quoted = f'"{item}"' if "$HERE" in item or "$RUN_DIR" in item else shlex.quote(item)
         lines.append(f"    {quoted}")
     lines += [
         ")",
@@ -169,7 +181,9 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
         '  python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@"',
         "fi",
         'mkdir -p "$RUN_DIR"',
-        'python3 -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"',
+        # verl's main_ppo, with Ray started with this shell's run variables, the CPU count checked and
+        # the preflight on every node (pats.backends.verl.main).
+        'python3 -m pats.backends.verl.main "${OVERRIDES[@]}" "$@"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -190,7 +204,11 @@ def run_verl(spec: ExperimentSpec, run_dir: Path) -> Path:
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
+    from pats.backends.verl.cluster import init_ray, node_preflight
+
     auto_set_device(config)
     check(config)
+    init_ray(config, spec)  # the run's variables from this environment, the CPU count
+    node_preflight(config, str(config.pats.spec))  # every node of the cluster, before verl places anything
     run_ppo(config, task_runner_class=TaskRunnerV1)
     return run_dir

@@ -13,7 +13,11 @@ task and scaffold; then user = observation and admissible actions, assistant = t
 per turn) because verl trains on one token sequence per episode. Tokens are built incrementally
 with verl's continuous-token helpers, never by re-tokenizing the history; `response_mask` is 1 on
 the policy's tokens only; environment tokens count toward `rollout.response_length`, and the episode
-stops (truncated) when the next observation would not fit.
+stops (truncated) when the next observation would not fit. A turn ends at any stop token of the
+model's generation config (where vLLM stops: Qwen2.5's `<|im_end|>` and `<|endoftext|>`), and only a
+turn cut at `max_tokens` is closed with the end-of-turn token. Departure from verl: a first prompt
+longer than `rollout.prompt_length` (or vLLM's `max_model_len`) is refused with the numbers, not cut
+from the left, and the scaffold service stops the run with that reason.
 
 Environment calls run on a thread with its own event loop per environment instance (`_OffLoopEnv`):
 verl runs every sample of a worker on one event loop, and an environment that blocks inside
@@ -129,6 +133,9 @@ class PatsAgentLoop(AgentLoopBase):
             prompt_ids, ids, mask, logprobs, messages, versions = await self._play(
                 env, task, episode, sampling_params
             )
+        except PrerequisiteError as err:  # the rows cannot be played: stop the run, with why
+            await connect(self.spec_path, self.run_dir).stop(str(err))
+            raise
         finally:
             self.settings.release(env)
         rollout = episode.record(scaffolded)
@@ -186,7 +193,14 @@ class PatsAgentLoop(AgentLoopBase):
             },
             {"role": "user", "content": parts.user},
         ]
-        prompt_ids = await self.ct_build_initial_tokens(messages)
+        # verl's ct_build_initial_tokens would cut a long prompt from the left with only a warning: the
+        # same builder, uncut, and a refusal instead (_check_first_prompt).
+        builder = self.continuous_token_builder
+        prompt_ids = await self.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages))
+        self._check_first_prompt(task, len(prompt_ids))
+        # vLLM refuses a request longer than its max_model_len (unset: the model's context, which verl
+        # checks covers prompt + response); a smaller one set by the user bounds every turn.
+        context = self.rollout_config.get("max_model_len") or len(prompt_ids) + self.response_length
         ids = list(prompt_ids)
         mask: list[int] = []
         logprobs: list[float] = []
@@ -195,8 +209,9 @@ class PatsAgentLoop(AgentLoopBase):
         # verl annotates its tokenizer `AutoTokenizer`, the factory class, not the tokenizer it holds.
         tokenizer = cast("PreTrainedTokenizerBase", self.tokenizer)
         eos = tokenizer.eos_token_id
+        stops = stop_token_ids(str(self.config.actor_rollout_ref.model.path), eos)
         for _ in range(spec.environment.max_turns):
-            room = self.response_length - len(mask)
+            room = min(self.response_length - len(mask), context - len(ids))
             if ep.done or room <= 0:
                 break
             params = {**sampling_params, "max_tokens": min(spec.policy.max_new_tokens, room)}
@@ -215,8 +230,9 @@ class PatsAgentLoop(AgentLoopBase):
                 version = (out.extra_fields or {}).get(key)
                 if version is not None and (key == "max_global_steps" or key not in versions):
                     versions[key] = version
-            if out.token_ids and out.token_ids[-1] != eos and eos is not None:
+            if out.token_ids and out.token_ids[-1] not in stops and eos is not None:
                 # Cut at max_tokens: close the turn as the chat template would (a context token, mask 0).
+                # A turn that ended at any stop token (Qwen2.5: <|im_end|> or <|endoftext|>) is closed.
                 ids, mask = ids + [eos], mask + [0]
                 logprobs = logprobs + [0.0] if logprobs else logprobs
             text = tokenizer.decode(out.token_ids, skip_special_tokens=True)
@@ -243,6 +259,37 @@ class PatsAgentLoop(AgentLoopBase):
                 break
             ids, mask, logprobs = merged.token_ids, new_mask, new_logprobs or []
         return prompt_ids, ids, mask, logprobs, messages, versions
+
+    def _check_first_prompt(self, task: Task, tokens: int) -> None:
+        """Refuse a first prompt longer than rollout.prompt_length: verl would cut it from the left (the
+        system part, with the instructions and the scaffold, first) and train on what is left."""
+        limit = int(self.rollout_config.prompt_length)
+        context = self.rollout_config.get("max_model_len")
+        if context is not None and tokens >= int(context):
+            limit = min(limit, int(context) - 1)  # vLLM needs room for one token
+        if tokens <= limit:
+            return
+        raise PrerequisiteError(
+            f"the first prompt of task {task.id} has {tokens} tokens, more than the {limit} the rollout "
+            f"allows (rollout.prompt_length = trainer.max_prompt_tokens {self.rollout_config.prompt_length}"
+            + (f", vLLM's max_model_len {context}" if context is not None else "")
+            + "): verl would cut it from the left, the instructions, the task and the scaffold first. "
+            f"Raise trainer.max_prompt_tokens to at least {tokens}, or lower scaffold.budget.view_tokens"
+        )
+
+
+@lru_cache(maxsize=8)
+def stop_token_ids(model_path: str, eos: int | None) -> frozenset[int]:
+    """The tokens that end a turn: the tokenizer's eos and every eos_token_id of the model's generation
+    config, where vLLM stops too (Qwen2.5's lists <|im_end|> and <|endoftext|>)."""
+    from verl.utils.model import get_generation_config
+
+    ids = set() if eos is None else {int(eos)}
+    generation = get_generation_config(model_path)  # a local folder or the HF cache, as verl reads it
+    found = None if generation is None else generation.eos_token_id
+    if found is not None:
+        ids |= {int(i) for i in (found if isinstance(found, list | tuple) else [found])}
+    return frozenset(ids)
 
 
 class PatsValidationLoop(PatsAgentLoop):

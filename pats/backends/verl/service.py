@@ -20,8 +20,9 @@ in `late_reports` and left out.
 
 Each step ends through `pats.step_end.StepEnd`, the local engine's step end: a review that raises is
 logged (`review_failed`) and the step trains on with the current scaffold; `scaffold.max_failed_reviews`
-in a row stop the run (the next pin raises the error, which ends verl's job). State on disk, as a
-local run keeps it: `<run_dir>/scaffold/` (every version), `<run_dir>/scaffold/steps/NNNNNN.json` (the
+in a row stop the run: the next pin raises the error, and verl's trainer, which only logs the failed
+groups of loops that raise, ends the job with it (`stop_reason`, asked by pats.backends.verl.sampler).
+State on disk, as a local run keeps it: `<run_dir>/scaffold/` (every version), `<run_dir>/scaffold/steps/NNNNNN.json` (the
 store's version and the judge's state at each step's end), `<run_dir>/events.jsonl` and
 `<run_dir>/metrics.jsonl`. Unless `logging.wandb` is disabled the same metrics and each new version's
 entries table go to a W&B run `<name>-scaffold` in the group `<name>`, beside the run verl's trainer
@@ -159,11 +160,13 @@ class ScaffoldService:
         self.groups: dict[str, _Group] = {}  # uid -> group, for steps not yet reviewed
         self.reviews: dict[int, asyncio.Task] = {}  # step -> its review
         self.reviewed: set[int] = set()
+        self.played: dict[int, int] = {}  # step -> the scaffold version number its groups play
         self.late_reports = 0
         self.first_step: int | None = resumed.step + 1 if resumed else 0  # None once checked
         # k failed reviews in a row, or a first pin of another step than the restored one's next:
         # every pin raises it, so verl's job stops.
         self.stopped: PatsError | None = None
+        self.stopped_from = 0  # the first verl global step the stop applies to
 
     # -- called by the agent loops -----------------------------------------------------------
 
@@ -181,10 +184,20 @@ class ScaffoldService:
         group = self.groups.get(uid)
         if group is None:
             task = Task.model_validate_json(task_json)
-            group = self.groups[uid] = _Group(step, task, self.scaffold.view(task))
+            group = self.groups[uid] = _Group(step, task, self._view_of_step(task, step))
         scaffolded = group.pins >= self.probes
         group.pins += 1
         return Pinned(view=group.view if scaffolded else EMPTY_VIEW, scaffolded=scaffolded)
+
+    def _view_of_step(self, task: Task, step: int) -> ScaffoldView:
+        """The view of the version step `step` plays: the current one when the step's first group
+        pins it; a group verl adds to the step later (a refill, trainer.v1.sampler.
+        sync_refill_failed_groups) gets that same version even after the step's review revised it."""
+        store = self.scaffold.store
+        if store is None:
+            return self.scaffold.view(task)
+        number = self.played.setdefault(step, store.current.number)
+        return store.pin(task, None if number == store.current.number else number)
 
     def _check_first(self, step: int, expected: int) -> None:
         """The first pin of a started or resumed service is of the step after the restored one
@@ -202,7 +215,15 @@ class ScaffoldService:
             raise self.stopped
 
     async def view(self, task_json: str) -> ScaffoldView:
-        """The current scaffold's view of a task (validation with the scaffold)."""
+        """The current scaffold's view of a task (validation with the scaffold), once the reviews of the
+        steps played so far are done: verl validates after a step's rollouts (the sync trainer), while
+        that step's review may still run, and the view would be the old or the new version by timing.
+        Waiting gives the version the next step plays."""
+        for step in sorted({g.step for g in self.groups.values()}):
+            self._start_review(step)  # a step with a failed group never completes on its own
+        await self.wait_reviews()
+        if self.stopped is not None:
+            raise self.stopped
         return self.scaffold.view(Task.model_validate_json(task_json))
 
     async def report(self, uid: str, rollout_json: str) -> None:
@@ -215,6 +236,20 @@ class ScaffoldService:
         mine = [g for g in self.groups.values() if g.step == group.step]
         if len(mine) >= tr.tasks_per_step and all(len(g.rollouts) >= tr.group_size for g in mine):
             self._start_review(group.step)  # the step is complete: review while verl updates
+
+    async def stop_reason(self, global_steps: int | None = None) -> str | None:
+        """Why the service stopped the run, or None: verl's trainer asks (pats.backends.verl.sampler) and
+        ends the job with it, since verl only logs the failed groups of pins that raise. A step's failed
+        review stops the steps after it (`global_steps` from `stopped_from`): its own step trains on."""
+        if self.stopped is None or (global_steps is not None and global_steps < self.stopped_from):
+            return None
+        return f"{type(self.stopped).__name__}: {self.stopped}"
+
+    async def stop(self, reason: str) -> None:
+        """Stop the run (an agent loop that cannot play its rows, e.g. a first prompt too long)."""
+        if self.stopped is None:
+            logger.error("%s", reason)
+            self.stopped = PrerequisiteError(reason)
 
     async def state(self) -> ServiceState:
         store = self.scaffold.store
@@ -237,11 +272,13 @@ class ScaffoldService:
     # -- reviews -----------------------------------------------------------------------------
 
     def _start_review(self, step: int) -> None:
-        if step in self.reviews or step in self.reviewed:
-            return
         taken = {uid: g for uid, g in self.groups.items() if g.step == step}
         for uid in taken:
             del self.groups[uid]
+        if step in self.reviews or step in self.reviewed:
+            # Groups pinned after the step's review began (refills): their reports count as late.
+            self.late_reports += sum(len(g.rollouts) for g in taken.values())
+            return
         self.reviews[step] = asyncio.create_task(self._review(step, list(taken.values())))
 
     async def _review(self, step: int, taken: list[_Group]) -> None:
@@ -256,7 +293,7 @@ class ScaffoldService:
             committed = self.end.commit(step, await self.end.review(step, groups))
         except TrainingError as err:  # k failed reviews in a row: the next pin stops verl's job
             logger.error("%s", err)
-            self.stopped = err
+            self.stopped, self.stopped_from = err, step + 2  # pats step s is global step s + 1
             self.reviews.pop(step, None)
             return
         metrics = {**group_metrics(groups), **committed.metrics}
@@ -293,6 +330,15 @@ class RayServiceClient:
 
     async def state(self) -> ServiceState:
         return await self.handle.state.remote()
+
+    async def stop(self, reason: str) -> None:
+        await self.handle.stop.remote(reason)
+
+    def stop_reason_now(self, global_steps: int | None = None) -> str | None:
+        """`stop_reason`, blocking: for verl's trainer, whose replay buffer is synchronous."""
+        import ray
+
+        return ray.get(self.handle.stop_reason.remote(global_steps))
 
     async def wait_reviews(self) -> None:
         await self.handle.wait_reviews.remote()

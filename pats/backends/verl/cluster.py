@@ -1,0 +1,184 @@
+"""Ray for a verl run: what the workers get, whether the cluster can place the run, and a preflight on
+every node, before verl's trainer starts.
+
+verl 0.9.1's `run_ppo` starts Ray itself unless Ray is up, with its own runtime env merged with
+`ray_kwargs.ray_init.runtime_env` from the config. Ray workers on other nodes do not inherit the
+launching shell, and the config is printed and logged (to W&B as well), so secrets cannot travel in it.
+`init_ray` starts Ray as verl would (the same defaults, the same merge) and adds `run_env`: the
+variables a run needs from the launching environment (Hugging Face's cache and token, W&B's key, the
+API keys of the LLMs the spec calls), in Ray's job runtime env only, never in a file or the config;
+what it prints shows their names, not their values. verl then finds Ray started and keeps it.
+
+Placement: verl reserves `max_colocate_count` (3) CPUs with each GPU of its resource pools, the
+TransferQueue holds one CPU per actor (its controller and `num_data_storage_units` storage units, 8
+by default), and every actor created after the pools (the task runner's, the agent-loop workers, the
+rollout servers) needs one free CPU to be scheduled. A cluster with fewer logical CPUs waits for the
+placement group forever, with no error; `check_cpus` refuses that up front, with the numbers.
+
+`node_preflight` runs one Ray task on every alive node (pinned by node id): pats and verl import there
+at the right versions, the bundle's spec loads there with that node's data root and every file it
+reads exists; nodes with GPUs also pass pats.backends.verl.preflight's checks (a CUDA torch the
+driver runs, the rollout engine, flash-attn when the attention needs it). Every problem of every node
+comes back in one PrerequisiteError.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from pats.errors import PrerequisiteError
+from pats.spec.models import ExperimentSpec
+
+# Variables read inside Ray workers that no config key sets: Hugging Face's cache and token (model
+# downloads on every node), W&B's key and server (verl's trainer and the scaffold service log there).
+RUN_ENV = ("HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "WANDB_API_KEY", "WANDB_BASE_URL")
+CPUS_PER_GPU_KEY = "max_colocate_count"  # verl.single_controller.ray.base.ResourcePoolManager
+CPUS_PER_GPU = 3  # verl 0.9.1's max_colocate_count: the CPU part of each GPU's bundle
+STORAGE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+
+
+def run_env(spec: ExperimentSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `RUN_ENV` and the key variables of the LLMs the run calls, set in `environ`."""
+    from pats.llm_check import called_llms
+
+    names = [*RUN_ENV, *(llm.api_key_env for _, llm in called_llms(spec) if llm.api_key_env)]
+    return {name: environ[name] for name in dict.fromkeys(names) if environ.get(name)}
+
+
+def ray_init_kwargs(config, extra_env: Mapping[str, str]) -> dict[str, Any]:
+    """What verl's run_ppo passes to ray.init (its default runtime env merged with the config's), plus
+    `extra_env` in the runtime env's env_vars."""
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    defaults = get_ppo_ray_runtime_env(config)
+    if config.transfer_queue.enable:
+        defaults.setdefault("env_vars", {})["TRANSFER_QUEUE_ENABLE"] = "1"
+    init = OmegaConf.to_container(config.ray_kwargs.get("ray_init", {}), resolve=True)
+    assert isinstance(init, dict), "ray_kwargs.ray_init is a mapping in verl's config"
+    runtime_env = OmegaConf.to_container(
+        OmegaConf.merge(defaults, init.get("runtime_env") or {}), resolve=True
+    )
+    assert isinstance(runtime_env, dict)
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **extra_env}
+    return {**init, "runtime_env": runtime_env}
+
+
+def init_ray(config, spec: ExperimentSpec, environ: Mapping[str, str] | None = None) -> None:
+    """Start Ray (or join RAY_ADDRESS's cluster) as verl's run_ppo would, with `run_env` added; then
+    check the CPUs. A Ray already started is left as it is (its runtime env cannot change)."""
+    import ray
+
+    extra = run_env(spec, os.environ if environ is None else environ)
+    if not ray.is_initialized():
+        kwargs = ray_init_kwargs(config, extra)
+        shown = {**kwargs["runtime_env"], "env_vars": _masked(kwargs["runtime_env"]["env_vars"], extra)}
+        print(f"ray init kwargs: { ({**kwargs, 'runtime_env': shown}) }")
+        ray.init(**kwargs)
+    check_cpus(config, ray.cluster_resources())
+
+
+def _masked(env_vars: Mapping[str, str], secret: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("<from the launching environment>" if k in secret else v) for k, v in env_vars.items()}
+
+
+def cpus_needed(config) -> dict[str, int]:
+    """Logical CPUs verl 0.9.1 holds at once for `config`, term by term (see the module docstring)."""
+    from omegaconf import OmegaConf
+
+    gpus = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    units = int(OmegaConf.select(config, STORAGE_UNITS_KEY, default=8) or 0)
+    queue = bool(config.trainer.use_v1 or config.transfer_queue.enable)  # TaskRunnerV1 turns it on
+    pools = f"resource pools ({gpus} GPU(s) x {CPUS_PER_GPU} CPUs, verl's {CPUS_PER_GPU_KEY})"
+    return {
+        pools: gpus * CPUS_PER_GPU,
+        "TransferQueue controller": 1 if queue else 0,
+        f"TransferQueue storage units ({STORAGE_UNITS_KEY})": units if queue else 0,
+        "scheduling the actors created after the pools (task runner, agent-loop workers, servers)": 1,
+    }
+
+
+def check_cpus(config, resources: Mapping[str, float]) -> None:
+    """Refuse a cluster with fewer logical CPUs than `cpus_needed`: verl would wait for placement forever."""
+    terms = cpus_needed(config)
+    need, have = sum(terms.values()), int(resources.get("CPU", 0))
+    if have >= need:
+        return
+    lines = "; ".join(f"{what}: {n}" for what, n in terms.items() if n)
+    raise PrerequisiteError(
+        f"the Ray cluster has {have} logical CPUs and verl needs {need} at once for this run ({lines}); "
+        f"with fewer it waits for placement forever. Logical CPUs are a count, not cores: start Ray with "
+        f"more (`ray start --head --num-cpus={need}` on a single node, or ray_kwargs.ray_init.num_cpus="
+        f"{need} when verl starts Ray), or lower the storage units ({STORAGE_UNITS_KEY}=1 in "
+        "trainer.overrides)"
+    )
+
+
+# -- the preflight on every node ------------------------------------------------------------------------
+
+
+def node_problems(config_yaml: str, spec_path: str, gpu: bool) -> tuple[str, list[str]]:
+    """(this node's name, what it lacks for the run). Runs as a Ray task on each node."""
+    problems: list[str] = []
+    try:
+        from omegaconf import OmegaConf
+
+        from pats.backends.verl.preflight import (
+            engine_problem,
+            flash_attn_problem,
+            needs,
+            torch_problem,
+            verl_version_problem,
+        )
+        from pats.spec import load_spec
+        from pats.spec.loader import missing_files
+
+        config = OmegaConf.create(config_yaml)
+        need = needs(config)
+        problems.append(verl_version_problem(need.engine) or "")
+        try:
+            spec = load_spec(spec_path)
+            problems += [f"{issue.path}: {issue.message}" for issue in missing_files(spec)]
+        except Exception as err:  # a spec that does not load here: the bundle's path, the data root
+            problems.append(f"the spec {spec_path} does not load here ({' '.join(str(err).split())[:400]})")
+        if gpu:
+            problems += [torch_problem(need.engine) or "", engine_problem(need.engine) or ""]
+            problems.append(flash_attn_problem(need) or "")
+    except ImportError as err:
+        problems.append(f"pats or verl does not import here ({err}): install pats from a clone on every node")
+    return socket.gethostname(), [p for p in problems if p]
+
+
+def node_preflight(config, spec_path: str) -> list[str]:
+    """Run `node_problems` on every alive node of the Ray cluster (one task each, pinned to it); raise
+    one PrerequisiteError with every node's problems. Returns the nodes checked."""
+    import ray
+    from omegaconf import OmegaConf
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    config_yaml = OmegaConf.to_yaml(config, resolve=True)
+    task = ray.remote(num_cpus=0)(node_problems)
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    pending = [
+        task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False), max_retries=0
+        ).remote(config_yaml, spec_path, n["Resources"].get("GPU", 0) > 0)
+        for n in nodes
+    ]
+    found, names = [], []
+    for node, ref in zip(nodes, pending, strict=True):
+        address = node.get("NodeManagerAddress", node["NodeID"][:8])
+        try:
+            name, problems = ray.get(ref, timeout=600)
+        except Exception as err:  # pats not installed there (the task cannot even be loaded), a dead node
+            name, problems = address, [f"the preflight task failed ({type(err).__name__}: {str(err)[:400]})"]
+        names.append(f"{name} ({address})")
+        found += [f"{name} ({address}): {p}" for p in problems]
+    if found:
+        raise PrerequisiteError(
+            "a node of the Ray cluster cannot run the verl config:\n" + "\n".join(f"  - {p}" for p in found)
+        )
+    return names
