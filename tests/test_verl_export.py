@@ -235,8 +235,9 @@ def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
     for text in (readme, launch):
         assert "pip install -e '/path/to/pats[verl]'" in text and "another project" in text
     assert 'pip install "verl[vllm]==0.9.1"' in readme
-    assert "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in readme
-    assert done.needs.flash_attn and done.needs.engine == "vllm"
+    # The attention is picked on the launching node: flash-attn if it imports there, else SDPA.
+    assert "else PyTorch's SDPA (nothing to install)" in readme and "flash-attn==2.8.3" in readme
+    assert not done.needs.flash_attn and done.needs.engine == "vllm"
 
 
 def test_a_search_qa_export_reads_its_data_under_the_data_root_of_the_node(

@@ -11,12 +11,16 @@ import pytest
 from pats.backends.verl.plan import (
     GB,
     KNOWN_CONFIGS,
+    RESERVE,
+    RESERVE_GB,
+    SOURCES,
     ModelShape,
     layer_activation_bytes,
     lora_params,
     model_shape,
     plan_verl,
     require_fits,
+    sdpa_terms,
 )
 from pats.cli.main import main
 from pats.errors import SpecError
@@ -24,10 +28,10 @@ from pats.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 ALFWORLD = REPO / "experiments" / "alfworld" / "pats.yaml"
-VERL_SPECS = sorted(
+VERL_SPECS = sorted(  # by text: experiments/ also holds files that are not specs (sweeps)
     str(p.relative_to(REPO))
     for p in (REPO / "experiments").rglob("*.yaml")
-    if load_spec(p).trainer.backend == "verl"
+    if "backend: verl" in p.read_text(encoding="utf-8")
 )
 QWEN_1_5B = model_shape("Qwen/Qwen2.5-1.5B-Instruct")
 
@@ -114,7 +118,8 @@ def test_alfworld_plan_by_hand():
     assert term(phase(plan, "old log-probs"), "logits").gb == pytest.approx(12.44659712)
     rollout = phase(plan, "rollout")
     assert term(rollout, "rollout engine").gb == pytest.approx(48.0)  # 0.6 x 80
-    assert rollout.gb == pytest.approx(0.771857152 + 1.543714304 + 48 + 2)
+    # the reserve, part by part: CUDA contexts 1, NCCL 0.5, fragmentation 1, vLLM's CUDA graphs 4
+    assert rollout.gb == pytest.approx(0.771857152 + 1.543714304 + 48 + 6.5)
     assert plan.fits and plan.peak.name == "rollout"
     # disk: fp32 weights and Adam's two states = 12 B per parameter, 3 kept
     assert plan.checkpoint_gb == pytest.approx(1_543_714_304 * 12 / 1e9)
@@ -141,7 +146,8 @@ def test_without_a_token_budget_four_whole_episodes_do_not_fit_and_the_refusal_s
     with pytest.raises(SpecError) as err:
         require_fits(plan)
     message = str(err.value)
-    assert "the update needs 116.9 GB per GPU and trainer.gpu_memory_gb is 80" in message
+    # 116.9 GB before the SDPA terms (33.6 GB of logits copy, 36.7 GB of mask) and the reserve's parts
+    assert "the update needs 191.7 GB per GPU and trainer.gpu_memory_gb is 80" in message
     assert "logits 67.2 GB" in message
     assert "set trainer.token_budget_per_gpu: 27648" in message
 
@@ -175,7 +181,7 @@ def test_the_plan_names_overrides_it_does_not_read():
 def test_cli_plan_prints_and_refuses(capsys):
     assert main(["plan", str(ALFWORLD)]) == 0
     out = capsys.readouterr().out
-    assert "peak 52.3 GB (rollout) of 80 GB: fits" in out
+    assert "peak 56.8 GB (rollout) of 80 GB: fits" in out
     assert "disk: 18.5 GB per checkpoint x 3 kept = 55.6 GB" in out
     assert main(["plan", str(ALFWORLD), "trainer.gpu_memory_utilization=0.99"]) == SpecError.exit_code
     captured = capsys.readouterr()
@@ -256,3 +262,83 @@ def test_run_and_export_print_the_plan_and_refuse_before_anything_starts(tmp_pat
     assert main(["export", "verl", str(ALFWORLD), str(out), too_big, "--no-data"]) == SpecError.exit_code
     assert "lower trainer.gpu_memory_utilization (now 0.99)" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_sdpa_terms_are_what_a_cpu_measures():
+    """Without flash-attn: the mask transformers hands to SDPA for packed sequences, and the copy of the
+    logits verl's log-probs make, against the plan's formulas (small sizes, on a CPU)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    pytest.importorskip("verl")
+    from verl.utils import torch_functional
+
+    tokens, vocab = 768, 4096
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        mask = kwargs.get("attn_mask")
+        masks.append(None if mask is None else mask.numel() * mask.element_size())
+        return sdpa(*args, **kwargs)
+
+    positions = torch.cat([torch.arange(500), torch.arange(tokens - 500)])[None]  # two packed sequences
+    ids = torch.randint(0, vocab, (1, tokens))
+    torch.nn.functional.scaled_dot_product_attention = spy
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, position_ids=positions, use_cache=False)  # verl's remove-padding call
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = sdpa
+    copy, mask, bias = sdpa_terms(tokens, vocab, fused=False)
+    assert masks == [round(mask.gb * 1e9)] == [tokens * tokens]
+    # Measured on an H200 too (bench/sdpa_memory.py), the bias only there.
+    assert (mask.source, copy.source, bias.source) == ("gpu", "gpu", "gpu")
+
+    assert not torch_functional.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE  # no flash-attn here
+    logits = torch.randn(1, tokens, vocab, dtype=torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        torch_functional.logprobs_from_logits(logits, torch.randint(0, vocab, (1, tokens)))
+    softmax = [e.self_cpu_memory_usage for e in prof.key_averages() if e.key == "aten::_log_softmax"]
+    assert softmax == [round(copy.gb * 1e9)] == [tokens * vocab * 2]
+    assert sdpa_terms(tokens, vocab, fused=True) == (mask, bias)  # the fused kernels compute log-probs
+
+
+def test_a_spec_that_asks_for_flash_attention_has_no_sdpa_terms():
+    flash = "++actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"
+    names = {t.name for t in phase(plan_verl(load_spec(ALFWORLD), QWEN_1_5B), "update").terms}
+    assert {"logits copy (no flash-attn cross-entropy)", "attention mask (SDPA, packed sequences)"} <= names
+    plan = plan_verl(load_spec(ALFWORLD, [f"trainer.overrides=[{flash}]"]), QWEN_1_5B)
+    assert not [t for t in phase(plan, "update").terms if "mask" in t.name or "copy" in t.name]
+
+
+def test_every_term_says_where_it_comes_from_and_the_reserve_is_split():
+    plan = plan_verl(load_spec(ALFWORLD), QWEN_1_5B)
+    for stage in plan.phases:
+        assert all(t.source in SOURCES for t in stage.terms)
+        reserve = [t for t in stage.terms if t.name.startswith("reserve: ")]
+        assert [t.name[len("reserve: ") :] for t in reserve] == [name for name, _, _ in RESERVE]
+        assert all(t.source == "assumed" for t in reserve) and sum(t.gb for t in reserve) == RESERVE_GB
+    text = plan.render()
+    assert "[checked on a CPU]" in text and "[from the code]" in text and "[assumed]" in text
+    assert "[measured on an H200]" in text
+
+
+def test_the_kv_cache_against_every_rollout_of_a_step_at_full_length():
+    spec = load_spec(ALFWORLD, ["trainer.gpus_per_node=1"])
+    tr = spec.trainer
+    kv = plan_verl(spec, QWEN_1_5B).kv
+    assert kv is not None and kv.servers == 1
+    # K and V, 28 layers x 2 KV heads x 128 dims, bf16
+    assert kv.bytes_per_token == 2 * 28 * 256 * 2 == 28672
+    assert kv.capacity_tokens == int((0.6 * 80e9 - 1_543_714_304 * 2) // 28672)
+    assert kv.worst_tokens == tr.tasks_per_step * tr.group_size * (2048 + 25600)
+    assert "2.3x over, so vLLM preempts" in kv.render()
+    eight = plan_verl(load_spec(ALFWORLD), QWEN_1_5B).kv
+    assert eight is not None and eight.servers == 8 and eight.render().endswith(": fits")

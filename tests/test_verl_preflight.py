@@ -5,6 +5,8 @@ names keeps remove-padding's packed sequences apart."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pats.testing.verl import require_verl_or_skip, twx_verl_spec
@@ -16,6 +18,7 @@ from pats.cli.main import main
 from pats.errors import PrerequisiteError
 from pats.spec import load_spec
 
+REPO = Path(__file__).resolve().parents[1]
 SDPA = "++actor_rollout_ref.model.override_config.attn_implementation=sdpa"
 
 
@@ -51,7 +54,10 @@ def refusal(config) -> str:
 
 
 def test_a_node_with_everything_passes(tmp_path, node):
-    need = preflight.check_node(config_for(tmp_path))
+    config = config_for(tmp_path)
+    assert preflight.needs(config).attn_implementation == "auto"  # pats leaves the choice to the node
+    assert "flash_attn imports here" in preflight.resolve_attention(config)
+    need = preflight.check_node(config)
     assert (need.engine, need.attn_implementation, need.flash_attn) == ("vllm", "flash_attention_2", True)
 
 
@@ -93,18 +99,44 @@ def test_the_rollout_engine_the_config_names_must_import(tmp_path, node, engine)
     preflight.check_node(config_for(tmp_path, engine=engine))
 
 
-def test_flash_attn_is_needed_for_verls_default_attention_and_the_fix_names_sdpa(tmp_path, node):
+def test_without_flash_attn_the_attention_is_sdpa_and_the_preflight_says_how_to_turn_it_on(tmp_path, node):
     node(broken={"flash_attn"})
-    said = refusal(config_for(tmp_path))
+    config = config_for(tmp_path)
+    said = preflight.resolve_attention(config)
+    assert said.startswith("attention sdpa: flash_attn does not import here")
+    assert preflight.FLASH_ATTN_INSTALL in said and "flash_attention_2" in said
+    need = preflight.check_node(config)
+    assert (need.attn_implementation, need.flash_attn) == ("sdpa", False)
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+
+
+def test_flash_attn_asked_for_by_name_is_required_and_the_fix_names_sdpa(tmp_path, node):
+    node(broken={"flash_attn"})
+    flash = "++actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"
+    config = config_for(tmp_path, flash)
+    assert preflight.resolve_attention(config) == f"attention flash_attention_2 ({preflight.ATTN_KEY})"
+    said = refusal(config)
     assert "attn_implementation=flash_attention_2" in said
     assert preflight.FLASH_ATTN_INSTALL in said and SDPA in said
     need = preflight.check_node(config_for(tmp_path, SDPA))  # the fix it names passes
     assert (need.attn_implementation, need.flash_attn) == ("sdpa", False)
 
 
+@pytest.mark.parametrize("name", ["alfworld", "webshop", "search_qa"])
+def test_the_shipped_verl_specs_launch_without_flash_attn(tmp_path, node, name):
+    node(broken={"flash_attn"})
+    spec = load_spec(REPO / "experiments" / name / "pats.yaml", ["trainer.rollout_engine=vllm"])
+    assert spec.trainer.backend == "verl"
+    paths = {name: f"/bundle/{name}" for name in ("train_files", "val_files", "agent_loops", "spec_path")}
+    config = compose(verl_overrides(spec, **paths, run_dir="/run", model_path="/model"))
+    preflight.resolve_attention(config)
+    assert preflight.check_node(config).attn_implementation == "sdpa"
+
+
 def test_every_missing_piece_is_listed_at_once(tmp_path, node):
     node(verl="0.9.0", cuda=None, available=False, broken={"vllm", "flash_attn"})
-    said = refusal(config_for(tmp_path))
+    flash = "++actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"
+    said = refusal(config_for(tmp_path, flash))
     assert said.count("\n  - ") == 4
 
 
@@ -115,9 +147,13 @@ def test_the_module_command_launch_sh_runs(tmp_path, node, capsys):
     assert preflight.main(overrides) == 0
     assert "preflight: ok" in capsys.readouterr().out
     node(broken={"flash_attn"})
-    assert preflight.main(overrides) == PrerequisiteError.exit_code
+    assert preflight.main(overrides) == 0  # SDPA, and how to turn flash-attn on
+    out = capsys.readouterr().out
+    assert "attention sdpa" in out and preflight.FLASH_ATTN_INSTALL in out
+    flash = "++actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"
+    assert preflight.main([*overrides, flash]) == PrerequisiteError.exit_code
     assert SDPA in capsys.readouterr().err
-    assert preflight.main([*overrides, SDPA]) == 0  # an override after `bash launch.sh` reaches it
+    assert preflight.main([*overrides, flash, SDPA]) == 0  # an override after `bash launch.sh` reaches it
 
 
 def test_pats_run_refuses_this_cpu_machine_before_verl_starts(tmp_path, capsys, monkeypatch):

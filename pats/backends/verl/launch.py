@@ -36,7 +36,7 @@ from pats.backends.verl.config import (
     verl_overrides,
     worker_env,
 )
-from pats.backends.verl.preflight import check_node
+from pats.backends.verl.preflight import check_node, resolve_attention
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec, spec_to_yaml
@@ -195,6 +195,7 @@ def run_verl(spec: ExperimentSpec, run_dir: Path) -> Path:
     overrides = write_bundle(spec, run_dir / "verl", run_dir=str(run_dir))
     config = compose(overrides)
     try:
+        print(f"verl: {resolve_attention(config)}")  # where the spec leaves it to pats: flash-attn or SDPA
         check_node(config)  # a refused run leaves nothing: run_spec removes what it wrote
     except PrerequisiteError as err:
         raise PrerequisiteError(

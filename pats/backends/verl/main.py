@@ -33,9 +33,11 @@ def run(overrides: Sequence[str]) -> None:
 
     from pats.backends.verl.cluster import init_ray, node_preflight
     from pats.backends.verl.config import check, compose
+    from pats.backends.verl.preflight import resolve_attention
     from pats.spec import load_spec
 
     config = compose(overrides)
+    print(f"preflight: {resolve_attention(config)}")  # flash_attention_2 where flash_attn imports, else sdpa
     auto_set_device(config)
     check(config)  # verl's validate_config, as main_ppo runs it
     spec_path = str(config.pats.spec)

@@ -20,12 +20,25 @@ workers/engine/fsdp/transformer_impl.py, workers/engine_workers.py, utils/torch_
 - the rollout engine holds `gpu_memory_utilization` x the GPU while it generates and sleeps (weights
   and KV cache released) during the update; the actor's shards stay on the GPU meanwhile unless
   offloaded (`param_offload`, `optimizer_offload`: both are loaded back for the update itself);
-- RESERVE_GB for what no formula here covers: CUDA context, NCCL buffers, allocator fragmentation.
-  An allowance, not a measurement;
+- without flash-attn (SDPA: what pats picks where flash_attn does not import, and what the plan
+  assumes unless the spec's overrides name flash_attention_2), two more terms in every forward pass:
+  verl computes log-probs with `logprobs_from_logits_v2`, which log-softmaxes the packed row whole (one
+  more copy of the logits; flash-attn's cross-entropy avoids it), and transformers builds a
+  T x T boolean mask for the packed sequences, which torch's CUDA SDPA kernels turn into a bias of the
+  query's dtype (2 more bytes per entry). All three were measured on one H200 with torch 2.11+cu130
+  (bench/sdpa_memory.py: ratio 1.00 at 8,192 and 28,672 tokens), the mask and the copy also on a CPU
+  (tests/test_verl_plan.py);
+- the reserve, in parts: two CUDA contexts per GPU (the FSDP worker's and the vLLM server's), NCCL's
+  buffers, allocator fragmentation and vLLM's CUDA-graph pool (kept while the engine sleeps). Each an
+  assumption, not a measurement (`RESERVE`);
+- the KV cache: what the rollout engine's share holds after the bf16 weights, against the tokens of
+  every rollout of a step at full length on each server; more than it holds and vLLM preempts;
 - on disk each checkpoint holds the fp32 model (all parameters) and Adam's states of the trained ones,
   times `checkpoints_kept` (verl's max_actor_ckpt_to_keep).
-Nothing of it has been measured on a GPU. The parts a CPU can check (states, activations without
-checkpointing, chunked logits) are checked against the local backend in bench/memory_plan.py.
+Nothing of it has been measured on a GPU. Each term says where it comes from (`Term.source`):
+"measured" (on a CPU: the states, activations without checkpointing and chunked logits against the
+local backend in bench/memory_plan.py), "gpu" (the SDPA terms, on an H200), "code" (read from
+verl's, transformers' or torch's source), "assumed" (an allowance).
 `trainer.overrides` are not read: the plan names any that touch a key it depends on.
 """
 
@@ -39,7 +52,15 @@ from pats.errors import PrerequisiteError, SpecError, SpecIssue
 from pats.spec.models import ExperimentSpec, LoraSpec
 
 GB = 1e9  # the spec's gpu_memory_gb and every number printed here: 10^9 bytes
-RESERVE_GB = 2.0
+# The reserve, part by part: (name, GB, why). Assumptions, to be measured on the first GPU run.
+RESERVE = (
+    ("CUDA contexts", 1.0, "two processes per GPU, the FSDP worker and the vLLM server, ~0.5 GB each"),
+    ("NCCL buffers", 0.5, "the FSDP process group's communicators and their buffers"),
+    ("allocator fragmentation", 1.0, "blocks PyTorch's caching allocator holds but cannot reuse"),
+    ("vLLM CUDA-graph pool", 4.0, "3-6 GB expected for a 0.5B-7B model; kept while the engine sleeps"),
+)
+RESERVE_GB = sum(gb for _, gb, _ in RESERVE)
+ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 ENTROPY_CHUNK = 2048  # verl's entropy_from_logits_chunk_size
 FUSED_CHUNK = 512  # verl's FusedLinearForPPO chunk_size
 # verl keys the plan depends on: an override of one makes the plan say it did not read it.
@@ -215,13 +236,23 @@ def layer_activation_bytes(shape: ModelShape, act_bytes: int, attention_copy: bo
     return 2 * norm + attention + 4 * act_bytes * shape.intermediate
 
 
+SOURCES = {
+    "measured": "checked on a CPU",
+    "gpu": "measured on an H200",  # bench/sdpa_memory.py, torch 2.11+cu130 (what verl[vllm]==0.9.1 pins)
+    "code": "from the code",
+    "assumed": "assumed",
+}
+
+
 @dataclass(frozen=True)
 class Term:
-    """One line of the plan: what it is, its size in GB, how it was computed."""
+    """One line of the plan: what it is, its size in GB, how it was computed, and where that comes
+    from (`SOURCES`: measured on a CPU, read from the code, or assumed)."""
 
     name: str
     gb: float
     how: str
+    source: str = "code"
 
 
 @dataclass(frozen=True)
@@ -251,6 +282,7 @@ class MemoryPlan:
     checkpoint_gb: float
     checkpoints_on_disk: int
     unread_overrides: tuple[str, ...]
+    kv: KvCache | None = None
 
     @property
     def peak(self) -> Phase:
@@ -274,9 +306,11 @@ class MemoryPlan:
         ]
         for phase in self.phases:
             lines.append(f"  {phase.name}: {phase.gb:.1f} GB")
-            lines += [f"    {t.gb:7.2f} GB  {t.name} ({t.how})" for t in phase.terms]
+            lines += [f"    {t.gb:7.2f} GB  {t.name} ({t.how}) [{SOURCES[t.source]}]" for t in phase.terms]
         verdict = "fits" if self.fits else "DOES NOT FIT"
         lines.append(f"peak {self.peak.gb:.1f} GB ({self.peak.name}) of {self.gpu_gb:g} GB: {verdict}")
+        if self.kv is not None:
+            lines.append(self.kv.render())
         lines.append(
             f"disk: {self.checkpoint_gb:.1f} GB per checkpoint x {self.checkpoints_on_disk} kept = "
             f"{self.disk_gb:.1f} GB"
@@ -285,16 +319,92 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class KvCache:
+    """The rollout engine's KV cache against the worst case of a step: every rollout at full length."""
+
+    capacity_tokens: int  # per server: its share of the GPU(s) after the bf16 weights, per KV token
+    worst_tokens: int  # per server: tasks_per_step x group_size x (prompt + response) / servers
+    servers: int
+    bytes_per_token: int
+
+    def render(self) -> str:
+        head = (
+            f"KV cache: room for about {self.capacity_tokens:,} tokens per rollout server "
+            f"({self.bytes_per_token:,} B per token) against {self.worst_tokens:,} when every rollout of a "
+            f"step is at full length ({self.servers} server(s)) [from the code; vLLM's activation "
+            "reserve not subtracted]"
+        )
+        if self.worst_tokens <= self.capacity_tokens:
+            return head + ": fits"
+        return (
+            f"{head}: {self.worst_tokens / self.capacity_tokens:.1f}x over, so vLLM preempts: it drops "
+            "the KV cache of the newest sequences and recomputes their prefixes when they resume (a "
+            "slower step, not a failure); more GPUs, a higher gpu_memory_utilization or shorter "
+            "episodes lower it"
+        )
+
+
+def kv_cache(spec: ExperimentSpec, shape: ModelShape) -> KvCache:
+    tr = spec.verl_trainer()
+    tp = tr.tensor_parallel
+    servers = max(1, tr.nnodes * tr.gpus_per_node // tp)
+    per_token = 2 * shape.layers * shape.kv_dim * 2 // tp  # K and V, bf16, split over the TP group
+    weights = shape.params * 2 / tp  # bf16
+    room = max(0.0, tr.gpu_memory_utilization * tr.gpu_memory_gb * GB - weights)
+    worst = tr.tasks_per_step * tr.group_size * (tr.max_prompt_tokens + tr.max_response_tokens)
+    return KvCache(int(room // per_token), -(-worst // servers), servers, per_token)
+
+
+def reserve_terms() -> tuple[Term, ...]:
+    return tuple(Term(f"reserve: {name}", gb, why, "assumed") for name, gb, why in RESERVE)
+
+
+def sdpa_terms(tokens: int, vocab: int, fused: bool) -> tuple[Term, ...]:
+    """What a pass costs without flash-attn (see the module docstring): the packed row's mask, and
+    (unless the fused kernels compute the log-probs) the whole-row log-softmax's copy of the logits."""
+    mask = (
+        Term(
+            "attention mask (SDPA, packed sequences)",
+            tokens * tokens / GB,
+            f"{tokens}^2 x 1 B, bool, built by transformers from the restarting position ids",
+            "gpu",  # bench/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): the mask SDPA receives
+        ),
+        Term(
+            "attention mask as the kernel's bias",
+            tokens * tokens * 2 / GB,
+            f"{tokens}^2 x 2 B: torch's CUDA SDPA turns a bool mask into a bf16 bias",
+            "gpu",  # bench/sdpa_memory.py: the extra peak of SDPA with the mask over is_causal, ratio 1.00
+        ),
+    )
+    if fused:
+        return mask
+    copy = Term(
+        "logits copy (no flash-attn cross-entropy)",
+        tokens * vocab * 2 / GB,
+        f"{tokens} x {vocab} x 2 B: verl's logprobs_from_logits_v2 log-softmaxes the packed row whole",
+        "gpu",  # bench/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): its extra peak, ratio 1.00
+    )
+    return (copy, *mask)
+
+
 def state_terms(params: int, trained: int, gpus: int, weight_bytes: int) -> dict[str, Term]:
     """Parameters, gradients, Adam states and the optimizer step's temporary, sharded over `gpus`."""
     return {
         "params": Term(
-            "parameters", params * weight_bytes / gpus / GB, f"{params:,} x {weight_bytes} B / {gpus}"
+            "parameters",
+            params * weight_bytes / gpus / GB,
+            f"{params:,} x {weight_bytes} B / {gpus}",
+            "measured",
         ),
-        "grads": Term("gradients", trained * 4 / gpus / GB, f"{trained:,} trained x 4 B / {gpus}"),
-        "adam": Term("Adam states", trained * 8 / gpus / GB, f"{trained:,} x 2 x 4 B / {gpus}"),
+        "grads": Term(
+            "gradients", trained * 4 / gpus / GB, f"{trained:,} trained x 4 B / {gpus}", "measured"
+        ),
+        "adam": Term("Adam states", trained * 8 / gpus / GB, f"{trained:,} x 2 x 4 B / {gpus}", "measured"),
         # torch's AdamW (foreach) builds sqrt(v) for every trained parameter at once
-        "step": Term("optimizer step temporary", trained * 4 / gpus / GB, "sqrt of Adam's second moment"),
+        "step": Term(
+            "optimizer step temporary", trained * 4 / gpus / GB, "sqrt of Adam's second moment", "measured"
+        ),
     }
 
 
@@ -309,13 +419,16 @@ def activation_term(
     else:
         kept = tokens * (shape.layers * per_layer + final_norm)
         how = f"{shape.layers} layers x {per_layer:,} B per token"
-    return Term("activations", kept / GB, f"{tokens} tokens, {how}")
+    # Without checkpointing the per-token formula was checked against the local backend on a CPU.
+    return Term("activations", kept / GB, f"{tokens} tokens, {how}", "code" if checkpointing else "measured")
 
 
 def chunked_logits_term(chunk: int, vocab: int, what: str) -> Term:
     """Logits computed `chunk` tokens at a time in fp32 (verl's fused kernels, the local backend's
     checkpointed chunks): the chunk's logits, their softmax and their gradient."""
-    return Term("logits", 3 * chunk * vocab * 4 / GB, f"{what}: {chunk} tokens x {vocab} x 4 B x 3")
+    return Term(
+        "logits", 3 * chunk * vocab * 4 / GB, f"{what}: {chunk} tokens x {vocab} x 4 B x 3", "measured"
+    )
 
 
 def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPlan:
@@ -335,7 +448,10 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
     v = shape.vocab
     logit_gb = tokens * v * 2 / GB  # bf16
     scaled = pol.temperature != 1.0
-    reserve = Term("reserve", RESERVE_GB, "CUDA context, NCCL, fragmentation: an allowance")
+    reserve = reserve_terms()
+    # Without flash-attn (SDPA, pats' pick where it does not import): the mask and the logits copy.
+    flash = any(o.lstrip("+~").startswith(f"{ATTN_KEY}=flash_attention") for o in tr.overrides)
+    sdpa = () if flash else sdpa_terms(tokens, v, tr.fused_kernels)
     states = state_terms(stored, trained, gpus, 4)
     embeddings = v * shape.hidden * 2 * (1 if shape.tied else 2)
     gathered = Term(
@@ -365,7 +481,7 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
     act = activation_term(shape, tokens, 2, tr.gradient_checkpointing, attention_copy=False)
     update = Phase(
         "update",
-        (states["params"], states["grads"], states["adam"], gathered, act, update_logits, reserve),
+        (states["params"], states["grads"], states["adam"], gathered, act, update_logits, *sdpa, *reserve),
         f"{knob_tokens}, or trainer.fused_kernels: true"
         + ("" if tr.gradient_checkpointing else ", or trainer.gradient_checkpointing: true"),
     )
@@ -383,13 +499,14 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
             gathered,
             one_layer,
             logprob_logits,
-            reserve,
+            *sdpa,
+            *reserve,
         ),
         f"{knob_tokens}, or trainer.fused_kernels: true",
     )
     step = Phase(
         "optimizer step",
-        (states["params"], states["grads"], states["adam"], states["step"], reserve),
+        (states["params"], states["grads"], states["adam"], states["step"], *reserve),
         "more GPUs (trainer.gpus_per_node), or LoRA (policy.lora)",
     )
     engine = tr.gpu_memory_utilization * tr.gpu_memory_gb
@@ -403,7 +520,7 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
                 engine,
                 f"gpu_memory_utilization {tr.gpu_memory_utilization} x {tr.gpu_memory_gb:g} GB",
             ),
-            reserve,
+            *reserve,
         ),
         f"lower trainer.gpu_memory_utilization (now {tr.gpu_memory_utilization}), or "
         "trainer.param_offload / trainer.optimizer_offload: true",
@@ -424,6 +541,7 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
         checkpoint_gb=(stored * 4 + trained * 8) / GB,
         checkpoints_on_disk=kept,
         unread_overrides=unread,
+        kv=kv_cache(spec, shape),
     )
 
 

@@ -6,9 +6,12 @@ with its overrides before `main_ppo`:
   - verl itself at the version pats composes its config for (`VERL_VERSION`);
   - a CUDA build of torch that this node's NVIDIA driver runs;
   - the rollout engine the config names (`actor_rollout_ref.rollout.name`), importable;
-  - flash-attn, when the actor loads with a FlashAttention implementation: verl 0.9.1's default
-    (`HFModelConfig` reads `ATTN_KEY`, default flash_attention_2). `SDPA_OVERRIDE` picks PyTorch's own
-    attention, which needs nothing more. Remove-padding (`use_remove_padding`, on by default) does not
+  - flash-attn, when the config asks for a FlashAttention implementation. verl 0.9.1's default is
+    flash_attention_2 (`HFModelConfig` reads `ATTN_KEY`), and flash-attn has no wheel for the torch 2.11
+    + CUDA 13 that `verl[vllm]==0.9.1` installs (PyPI has only its source: CUDA_HOME and about an hour
+    of nvcc). Departure from verl: where `ATTN_KEY` is unset, pats picks the attention on the node that
+    launches (`resolve_attention`): flash_attention_2 when flash_attn imports there, else PyTorch's
+    SDPA (`SDPA_OVERRIDE`), which needs nothing more, and says how to turn flash-attn on. Remove-padding (`use_remove_padding`, on by default) does not
     need flash-attn: verl falls back to pure-torch padding helpers (verl.utils.attention_utils), and
     under SDPA transformers keeps the packed sequences apart from their position ids
     (tests/test_verl_preflight.py checks that on a tiny model).
@@ -32,9 +35,17 @@ VERL_VERSION = "0.9.1"
 ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 VERL_DEFAULT_ATTN = "flash_attention_2"  # verl.workers.config.model.HFModelConfig, when ATTN_KEY is unset
 SDPA_OVERRIDE = f"++{ATTN_KEY}=sdpa"  # ++: sets it whether or not a key is there
-# PyPI has flash-attn only as a source distribution: it compiles against the node's torch with the CUDA
-# toolkit (nvcc), so it must see that torch (--no-build-isolation). Not built or run by pats' tests.
-FLASH_ATTN_INSTALL = "pip install flash-attn==2.8.3.post2 --no-build-isolation"
+AUTO_ATTN = "auto"  # ATTN_KEY unset: resolve_attention picks flash_attention_2 or sdpa on the launching node
+# verl 0.9.1's own flash-attn extra (flash-attn-cu130torch211) pins 2.8.3. PyPI has it only as source: it
+# compiles against the node's torch with the CUDA toolkit (nvcc), or its setup fetches a prebuilt wheel
+# from the project's GitHub releases when one matches torch, CUDA and Python. Not built by pats' tests.
+FLASH_ATTN_INSTALL = "pip install flash-attn==2.8.3 --no-build-isolation"
+FLASH_ATTN_ON = (
+    f"to use FlashAttention-2, install flash-attn where a wheel matches this node's torch and CUDA "
+    f"(`{FLASH_ATTN_INSTALL}` fetches one from github.com/Dao-AILab/flash-attention/releases if it "
+    "exists, else compiles for about an hour with CUDA_HOME set); pats then picks it, or add "
+    f"`++{ATTN_KEY}=flash_attention_2` to trainer.overrides to require it"
+)
 # The oldest Linux driver each CUDA major version of torch runs on (NVIDIA's minor-version compatibility).
 MIN_DRIVER = {11: 450, 12: 525, 13: 580}
 
@@ -52,6 +63,7 @@ class Needs:
 
     @property
     def flash_attn(self) -> bool:
+        """flash-attn is required (the config names a FlashAttention implementation)."""
         return self.attn_implementation.startswith("flash_attention")
 
     def lines(self) -> list[str]:
@@ -60,6 +72,11 @@ class Needs:
             f"verl {VERL_VERSION} with {self.engine}, the rollout engine, and the CUDA build of torch it pins "
             f"(`{engine_install(self.engine)}`), which the node's NVIDIA driver must run"
         ]
+        if self.attn_implementation == AUTO_ATTN:
+            out.append(
+                "the attention is picked where the run launches: flash_attention_2 if flash_attn imports "
+                f"there, else PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}"
+            )
         if self.flash_attn:
             out.append(
                 f"flash-attn: the actor loads with attn_implementation={self.attn_implementation} "
@@ -72,8 +89,25 @@ class Needs:
 def needs(config) -> Needs:
     from omegaconf import OmegaConf
 
-    attn = OmegaConf.select(config, ATTN_KEY, default=None) or VERL_DEFAULT_ATTN
+    attn = OmegaConf.select(config, ATTN_KEY, default=None) or AUTO_ATTN
     return Needs(engine=str(config.actor_rollout_ref.rollout.name), attn_implementation=str(attn))
+
+
+def resolve_attention(config) -> str:
+    """Set `ATTN_KEY` in `config` where it is unset (verl would load flash_attention_2): flash_attention_2
+    when flash_attn imports here, else sdpa. Returns a line saying what was chosen and why."""
+    from omegaconf import OmegaConf, open_dict
+
+    chosen = OmegaConf.select(config, ATTN_KEY, default=None)
+    if chosen:
+        return f"attention {chosen} ({ATTN_KEY})"
+    why = import_error("flash_attn")
+    chosen = "flash_attention_2" if why is None else "sdpa"
+    with open_dict(config):
+        OmegaConf.update(config, ATTN_KEY, chosen, force_add=True)
+    if why is None:
+        return "attention flash_attention_2 (flash_attn imports here)"
+    return f"attention sdpa: flash_attn does not import here ({why}); {FLASH_ATTN_ON}"
 
 
 # -- probes: tests replace these and import_error (from config) ---------------------------------------
@@ -165,7 +199,7 @@ def flash_attn_problem(need: Needs) -> str | None:
     if why is None:
         return None
     return (
-        f"the actor loads with attn_implementation={need.attn_implementation} ({ATTN_KEY}, verl's default) "
+        f"the actor loads with attn_implementation={need.attn_implementation} ({ATTN_KEY}) "
         f"and flash_attn does not import here ({why}): install it (`{FLASH_ATTN_INSTALL}`: it compiles "
         f"against this node's torch and CUDA toolkit), or use PyTorch's SDPA attention, which needs "
         f"nothing more: add `{SDPA_OVERRIDE}` to the spec's trainer.overrides (or after `bash launch.sh`)"
@@ -190,14 +224,17 @@ def check_node(config) -> Needs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m pats.backends.verl.preflight OVERRIDE...`: compose as main_ppo would, then check."""
+    """`python3 -m pats.backends.verl.preflight OVERRIDE...`: compose as main_ppo would, pick the
+    attention as the launch will (`resolve_attention`), then check."""
     overrides = sys.argv[1:] if argv is None else argv
     try:
-        need = check_node(compose(overrides))
+        config = compose(overrides)
+        attention = resolve_attention(config)
+        need = check_node(config)
     except PatsError as err:
         print(f"preflight: {err}", file=sys.stderr)
         return err.exit_code
-    print(f"preflight: ok (verl {VERL_VERSION}, {need.engine}, attention {need.attn_implementation})")
+    print(f"preflight: ok (verl {VERL_VERSION}, {need.engine}; {attention})")
     return 0
 
 
