@@ -77,8 +77,8 @@ async def play_heldout(
     batch: int,
     say: Callable[[str], None],
     scaffold_dir: Path | None = None,
-    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] = make_env_factory,
-    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] = make_backend,
+    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] | None = None,
+    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] | None = None,
 ) -> HeldOut:
     """The policy of `checkpoint` (None: `spec`'s untrained policy) on `split` tasks [first,
     first + count), `batch` tasks at a time (one environment per live episode), without the scaffold
@@ -87,7 +87,7 @@ async def play_heldout(
     num_eval_tasks); a split smaller than that is refused with its size. The environment factory and
     backend are the spec's unless given (tests pass fakes)."""
     spec = _fold_of_at_least(spec, split, first + count)
-    make_env = env_factory(spec)
+    make_env = (env_factory or make_env_factory)(spec)
     env = make_env()
     try:
         tasks = env.tasks(split)[first : first + count]
@@ -100,7 +100,7 @@ async def play_heldout(
             f"the {split} split of {spec.environment.kind} has {first + len(tasks)} tasks, fewer than the "
             f"{first + count} asked for; ask for at most {len(tasks)} (pats eval --tasks)"
         )
-    backend = backend_for(spec, make_env)
+    backend = (backend_for or make_backend)(spec, make_env)
     if checkpoint is not None:
         backend.load(Path(checkpoint.path))
     who = f"the checkpoint after step {checkpoint.step}" if checkpoint else "the untrained policy"

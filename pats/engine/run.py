@@ -117,20 +117,20 @@ async def train(
     spec: ExperimentSpec,
     run_dir: Path,
     state: Checkpoint | None = None,
-    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] = make_env_factory,
-    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] = make_backend,
+    env_factory: Callable[[ExperimentSpec], Callable[[], Any]] | None = None,
+    backend_for: Callable[[ExperimentSpec, Callable[[], Any]], Any] | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> Path:
     """Train from scratch (state None) or from a checkpoint state; returns the run directory. The
-    environment factory, backend and token counter (None: the policy's tokenizer) are the spec's
-    unless given: pats.testing.sweep trains with fakes in their place."""
+    environment factory, backend and token counter are the spec's (`make_env_factory`, `make_backend`,
+    the policy's tokenizer) unless given: pats.testing.sweep trains with fakes in their place."""
     from pats.models import token_counter
 
     # What can refuse (the model and its LoRA, the environment, the checkpoint's weights) comes before
     # anything is written, so a refused resume leaves its run directory as it was. The backend first:
     # it sets process-wide options (threads, malloc arenas) before the environments start threads.
-    make_env = env_factory(spec)
-    backend = backend_for(spec, make_env)
+    make_env = (env_factory or make_env_factory)(spec)  # looked up now: tests patch the module's names
+    backend = (backend_for or make_backend)(spec, make_env)
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
     eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
