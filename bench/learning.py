@@ -139,6 +139,9 @@ def overrides(b: Budget, seed: int, setting: str, reward: str, extra: tuple[str,
         f"eval.every={b.eval_every}",
         f"eval.num_tasks={b.eval_tasks}",
         "eval.at_start=false",  # the untrained policy is evaluated once for all conditions
+        # greedy, one episode per game, as its results were measured (the quickstart now samples)
+        "eval.greedy=true",
+        "eval.samples_per_task=1",
         "eval.with_scaffold=false",
         "logging.wandb=disabled",
         "logging.progress=false",

@@ -219,6 +219,11 @@ def main(argv=None):
         f"environment.max_turns={b.max_turns}",
         f"environment.reward={args.reward}",
         f"eval.every={b.steps}",
+        # one greedy evaluation at the end, as its results were measured (the quickstart now samples,
+        # and evaluates before training too)
+        "eval.at_start=false",
+        "eval.greedy=true",
+        "eval.samples_per_task=1",
         "eval.with_scaffold=false",
         "logging.wandb=disabled",
         *SETTINGS[args.setting],

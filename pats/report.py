@@ -253,6 +253,11 @@ def checkpoint_name(step: int) -> str:
 def _summary(run_dir: Path, steps, evals, plots) -> str:
     lines = [f"# Run report: {run_dir.name}", ""]
     lines.append(f"Steps completed: {len(steps)}. Evaluations: {len(evals)}.")
+    if (run_dir / "spec.yaml").is_file():  # held-out success against the untrained policy's, first
+        from pats.engine.summary import heldout_summary
+        from pats.spec import load_spec
+
+        lines += ["", *heldout_summary(load_spec(run_dir / "spec.yaml"), run_dir)]
     if steps:
         first, last = steps[0][1], steps[-1][1]
         inf = [m.get("train/informative_fraction", 0.0) for _, m in steps]

@@ -152,7 +152,7 @@ def test_the_engine_keeps_each_held_out_games_outcomes(repo, tmp_path):
     )  # fmt: skip
     run_dir = run_spec(spec, scripted_trainers())
     evals = read_events(run_dir / "events.jsonl", EvalEvent)
-    assert [e.step for e in evals] == [0, 1]
+    assert [e.step for e in evals] == [-1, 0, 1]  # before training (eval.at_start), after each step
     for e in evals:
         assert sorted(e.outcomes) == [f"fake:eval:{1000 + i}" for i in range(4)]  # FakeEnv's 4 held-out games
         pooled = [x for v in e.outcomes.values() for x in v]

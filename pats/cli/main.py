@@ -135,7 +135,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if spec.trainer.backend == "verl":
             _verl_plan(spec)
         run_dir = run_spec(spec)
-    print(f"run finished: {run_dir}\nreport: pats report {run_dir}")
+    print(f"run finished: {run_dir}")
+    from pats.engine.summary import heldout_summary
+
+    for line in heldout_summary(load_spec(run_dir / "spec.yaml"), run_dir):
+        print(line)
+    print(f"report: pats report {run_dir}")
     return 0
 
 

@@ -1,0 +1,88 @@
+"""The lines a run ends with: held-out success of the untrained policy beside the last checkpoint's on
+the same games, and what the run can and cannot show, read from the difference's interval; and the
+local policy's evaluation stream, the same draws at every evaluation and none taken from training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pats.engine.summary import heldout_summary
+from pats.logging.events import EventLog
+from pats.spec import load_spec
+from pats.stats import hierarchical_difference, hierarchical_rate
+
+
+def run_with(tmp_path: Path, repo: Path, start: dict | None, end: dict, steps: int = 3):
+    spec = load_spec(repo / "experiments/quickstart.yaml", [f"trainer.steps={steps}"])
+    log = EventLog(tmp_path / "events.jsonl")
+    if start is not None:
+        log.write(-1, "eval", metrics={}, outcomes=start)
+    for step in range(steps):
+        log.end_step(step, metrics={})
+    log.write(steps - 1, "eval", metrics={}, outcomes=end)
+    log.close()
+    return spec, tmp_path
+
+
+def games(wins: list[int], episodes: int = 4) -> dict[str, list[float]]:
+    return {f"g{i}": [1.0] * w + [0.0] * (episodes - w) for i, w in enumerate(wins)}
+
+
+def test_the_untrained_policy_beside_the_trained_one_and_what_3_steps_cannot_show(tmp_path, repo):
+    before, after = games([1, 2, 0, 1, 2, 1, 0, 1]), games([2, 1, 1, 1, 2, 1, 0, 2])
+    spec, run_dir = run_with(tmp_path, repo, before, after)
+    first, second = heldout_summary(spec, run_dir)
+    rate_before, rate_after = hierarchical_rate({0: before}), hierarchical_rate({0: after})
+    diff = hierarchical_difference({0: after}, {0: before}).interval
+    assert diff.lo < 0 < diff.hi  # 8 vs 10 of 32 episodes: the interval holds 0
+    assert first == (
+        "held-out success without the scaffold (8 games, 4 episodes per game, sampled at temperature 1): "
+        f"untrained {rate_before.fmt()}, after step 2 {rate_after.fmt()}; difference "
+        f"{diff.fmt(signed=True)} (95%, bootstrap over games)"
+    )
+    assert second == (
+        "What 3 steps can show: that every stage ran (rollouts, evidence cards, scaffold edits, policy "
+        "updates, held-out play). What they cannot: whether training changed held-out success: the "
+        "difference's interval holds 0 on 8 games of one seed."
+    )
+
+
+def test_a_difference_that_excludes_0_still_speaks_for_one_seed_only(tmp_path, repo):
+    spec, run_dir = run_with(tmp_path, repo, games([0] * 8), games([4] * 8))
+    assert "that another seed would move the same way" in heldout_summary(spec, run_dir)[1]
+
+
+def test_without_an_evaluation_before_training_it_says_how_to_get_one(tmp_path, repo):
+    spec, run_dir = run_with(tmp_path, repo, None, games([1, 0]))
+    first, second = heldout_summary(spec, run_dir)
+    assert first.endswith(f"after step 2 {hierarchical_rate({0: games([1, 0])}).fmt()}")
+    assert "eval.at_start: true adds one" in second
+    assert heldout_summary(spec, tmp_path / "nowhere") == []
+
+
+@pytest.mark.slow
+def test_evaluations_draw_the_same_numbers_and_leave_the_training_stream_alone():
+    import torch
+
+    from pats.backends.local import LocalPolicy
+    from pats.spec.models import LocalTrainerSpec, LoraSpec, PolicySpec
+
+    threads = torch.get_num_threads()
+    try:
+        policy = LocalPolicy(
+            PolicySpec(action="score", lora=LoraSpec(rank=4, alpha=8)), LocalTrainerSpec(threads=1), 0
+        )
+        prompt = policy.chat_ids("You play a text game. Answer with one action.", "You are in a kitchen.")
+        actions = ["open fridge", "go north", "look", "inventory", "take apple"]
+        training = policy.generator.get_state()
+        with policy.sampling_from(3):
+            first = [policy.choose(prompt, actions, greedy=False)[0] for _ in range(12)]
+        assert torch.equal(policy.generator.get_state(), training)  # the training stream is untouched
+        policy.choose(prompt, actions, greedy=False)  # training draws in between
+        with policy.sampling_from(3):
+            assert [policy.choose(prompt, actions, greedy=False)[0] for _ in range(12)] == first
+        assert len(set(first)) > 1  # sampled, not a constant
+    finally:
+        torch.set_num_threads(threads)
