@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pats.protocols import TokenCounter
-from pats.review import Reviewer, ScaffoldPolicy
+from pats.review import Reviewer, ScaffoldPolicy, check_edits
 from pats.scaffold import ScaffoldStore, load_bank
 from pats.spec.models import ExperimentSpec
 from pats.types import Task
@@ -33,17 +33,22 @@ def _llm_judge(spec: ExperimentSpec):
     )
 
 
-def _rules_reviser(spec: ExperimentSpec, rules):
+def _rules_reviser(spec: ExperimentSpec, rules, check):
     return rules, rules
 
 
-def _llm_reviser(spec: ExperimentSpec, rules):
+def _llm_reviser(spec: ExperimentSpec, rules, check):
     from pats.reviser import LLMReviser
 
     assert spec.reviser.kind == "llm", "REVISER_BUILDERS picks this builder by reviser.kind"
     sc = spec.scaffold
     llm = LLMReviser(
-        spec.reviser, min_citations=sc.min_citations, removal=sc.removes, add_only=sc.mode == "grow"
+        spec.reviser,
+        min_citations=sc.min_citations,
+        removal=sc.removes,
+        add_only=sc.mode == "grow",
+        task_plans=sc.task_plans,
+        check=check,
     )
     return llm, rules
 
@@ -57,20 +62,34 @@ def build_judge(spec: ExperimentSpec):
     return JUDGE_BUILDERS[spec.judge.kind](spec)
 
 
-def build_revisers(spec: ExperimentSpec):
-    """(reviser, fallback): the fallback is always the offline rules reviser."""
+def build_rules_reviser(spec: ExperimentSpec):
+    """The offline rules reviser under the spec's scaffold settings (every run's fallback)."""
     from pats.reviser import RulesReviser
 
     sc = spec.scaffold
     assert sc.mode == "grow" or sc.mode == "pats", "only a scaffold that reviews has revisers"
-    rules = RulesReviser(
+    return RulesReviser(
         removal=sc.removes,
         min_citations=sc.min_citations,
         mode_of_scaffold=sc.mode,
         budget=sc.budget,
         task_plans=sc.task_plans,
     )
-    return REVISER_BUILDERS[spec.reviser.kind](spec, rules)
+
+
+def build_revisers(spec: ExperimentSpec, count_tokens: TokenCounter | None = None):
+    """(reviser, fallback): the fallback is always the offline rules reviser. `count_tokens` (the
+    policy's tokenizer) gives an LLM reviser the review's own check, which its program asks again with."""
+    sc = spec.scaffold
+    rules = build_rules_reviser(spec)
+    check = None
+    if count_tokens is not None:
+        counter = count_tokens
+
+        def check(edits, assessment, entries, cards):
+            return check_edits(sc, edits, assessment, entries, cards, counter)
+
+    return REVISER_BUILDERS[spec.reviser.kind](spec, rules, check)
 
 
 def build_scaffold_policy(
@@ -94,7 +113,7 @@ def build_scaffold_policy(
         store.seed(load_bank(sc.initial_bank, task_types=task_types), step=0)
     if not sc.reviews:  # static: the bank, never edited
         return ScaffoldPolicy(sc.mode, store)
-    reviser, fallback = build_revisers(spec)
+    reviser, fallback = build_revisers(spec, count_tokens)
     reviewer = Reviewer(
         store,
         sc,

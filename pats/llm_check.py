@@ -16,15 +16,17 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
   environment variable to fix. `llm.preflight: false` skips it for that LLM.
 
-  With `llm.structured: auto` a second request then probes structured output (`pats.lm.probe_structured`):
-  it asks for `{"answer": "ok"}` with a JSON schema in response_format. Structured output is on for
-  that endpoint when the answer is exactly that JSON (the server enforced the schema, or at least the
-  model kept to it), off when the server refused the field or answered anything else. The decision is
+  With `llm.structured: auto` a second request then probes structured output (`pats.lm.probe_structured`)
+  with the schema the run will send: the reviser's own edit schema (`pats.reviser.llm.reviser_probe`,
+  under the spec's scaffold settings) where the endpoint serves the reviser, else the judge's verdict
+  schema. Structured output is on for that endpoint when the answer is JSON that schema accepts (the
+  server enforced it, or at least the model kept to it), off, with a note, when the server refused the
+  schema or answered anything else: the run then asks in DSPy's free-form fields. The decision is
   kept for the process (`pats.lm.structured_decision`), so the judge and reviser built next use it, and said on
   stderr. A caller whose endpoint was not probed (preflight off, or another process) probes on its
   first call with a schema.
 
-The preflight request's only message is `PREFLIGHT_PROMPT`, the probe's `pats.lm.PROBE_PROMPT`;
+The preflight request's only message is `PREFLIGHT_PROMPT`, the probe's starts `pats.lm.PROBE_PREFIX`;
 `pats.testing.ScriptedOpenAIServer` answers both without consuming its script.
 """
 
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pats.errors import JudgeError, PatsError, PrerequisiteError, SpecError, SpecIssue
 
 if TYPE_CHECKING:
+    from pats.lm import Probe
     from pats.spec.models import ExperimentSpec, LLMSpec
 
 PREFLIGHT_PROMPT = "pats preflight check: reply with the single word ok."
@@ -138,7 +141,7 @@ def preflight(spec: ExperimentSpec) -> None:
         return
     groups = list(targets.values())
     with _quiet_truncation():
-        answers = asyncio.run(_check_all(groups))
+        answers = asyncio.run(_check_all(groups, _probes(spec)))
     failed = [(group, problem) for group, problem in zip(groups, answers, strict=True) if problem]
     if failed:
         off = ", ".join(f"{path}.preflight: false" for group, _ in failed for path, _ in group)
@@ -150,9 +153,26 @@ def preflight(spec: ExperimentSpec) -> None:
         )
 
 
-async def _check_all(groups: list[list[tuple[str, LLMSpec]]]) -> list[str | None]:
-    """Each group's LLM asked once (a group: the paths that name one model, endpoint and key)."""
-    checks = (_check(" and ".join(path for path, _ in group), group[0][1]) for group in groups)
+def _probes(spec: ExperimentSpec) -> dict[str, Probe]:
+    """The structured-output probe of each LLM path: the schema that path's calls will send."""
+    from pats.judges.llm import judge_probe
+    from pats.reviser.compile import settings_of
+    from pats.reviser.llm import reviser_probe
+
+    return {"reviser.llm": reviser_probe(settings_of(spec)), "judge.llm": judge_probe()}
+
+
+async def _check_all(groups: list[list[tuple[str, LLMSpec]]], probes: dict[str, Probe]) -> list[str | None]:
+    """Each group's LLM asked once (a group: the paths that name one model, endpoint and key); its probe
+    is the reviser's schema where the group serves the reviser (the larger schema), else the judge's."""
+    checks = (
+        _check(
+            " and ".join(path for path, _ in group),
+            group[0][1],
+            probes["reviser.llm" if any(path == "reviser.llm" for path, _ in group) else "judge.llm"],
+        )
+        for group in groups
+    )
     return list(await asyncio.gather(*checks))
 
 
@@ -162,7 +182,7 @@ def _ask() -> Any:
     return dspy.settings.lm(PREFLIGHT_PROMPT, max_tokens=PREFLIGHT_MAX_TOKENS)
 
 
-async def _check(path: str, llm: LLMSpec) -> str | None:
+async def _check(path: str, llm: LLMSpec, probe: Probe) -> str | None:
     """None when `llm` answered, else what went wrong and what to write instead."""
     from pats.lm import LLMCaller, probe_structured, structured_decision
 
@@ -173,6 +193,7 @@ async def _check(path: str, llm: LLMSpec) -> str | None:
         return head + str(err).strip()
     try:
         await caller.call(_ask)
+        caller.probe = probe
         if llm.structured == "auto" and structured_decision(llm) is None:
             await probe_structured(caller, path)
     except JudgeError:

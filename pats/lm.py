@@ -48,8 +48,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import combinations
+from math import comb
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -66,14 +68,35 @@ PROMPTS_DIR = Path(__file__).resolve().parents[1] / "judges"  # rubrics and revi
 FAULT_KINDS = ("timeout", "rate_limit", "server_error", "connection", "malformed", "other")
 MAX_WAIT_S = 60.0  # cap on one backoff or Retry-After wait
 _KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-]{3,}")
-PROBE_MAX_TOKENS = 16  # room for {"answer": "ok"}
-PROBE_PROMPT = 'pats structured-output probe: answer with the JSON object {"answer": "ok"}.'
+PROBE_PREFIX = "pats structured-output probe:"  # how a test server tells the probe from other requests
+PROBE_MAX_TOKENS = 256  # room for the smallest answer of a caller's own schema
+
+
+class Probe(NamedTuple):
+    """What the structured-output probe sends: a caller's own answer schema (the reviser's edit schema:
+    a 4-variant anyOf with const/prefixItems citations, maxLength, strict; the judge's verdicts) and an
+    answer it allows, which the prompt asks for. A server that refuses the schema refuses it here, once,
+    instead of on every review call."""
+
+    name: str
+    schema: dict[str, Any]
+    answer: dict[str, Any]
+
+    @property
+    def prompt(self) -> str:
+        return f"{PROBE_PREFIX} answer with the JSON object {json.dumps(self.answer)}."
+
+
+# The probe of a caller that has none of its own (a plain LLMCaller): the smallest schema.
 PROBE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"answer": {"type": "string", "enum": ["ok"]}},
     "required": ["answer"],
     "additionalProperties": False,
 }
+PLAIN_PROBE = Probe("pats_probe", PROBE_SCHEMA, {"answer": "ok"})
+
+
 # (model, api_base, api_key_env) -> structured output on, as the probe found it in this process.
 _STRUCTURED: dict[tuple[str, str | None, str | None], bool] = {}
 
@@ -116,21 +139,42 @@ def enum(values: Sequence[str]) -> dict[str, Any]:
 
 
 CITES_MAX = 4  # citations one answer item may carry under a schema (see cites_schema)
+# Branches of the anyOf that makes the first `min_citations` citations distinct (see cites_schema): past
+# this many, only the first two are forced apart and the validator counts the rest.
+DISTINCT_BRANCHES_MAX = 64
 
 
 def cites_schema(card_ids: Sequence[str], min_citations: int) -> dict[str, Any]:
-    """Citations: ids of the cards shown only, at least `min_citations` of them."""
-    if not card_ids:
+    """Citations: ids of the cards shown only, at least `min_citations` of them, and the first
+    `min_citations` distinct.
+
+    Distinctness without `uniqueItems` (which xgrammar compiles but ignores, and which other vLLM grammar
+    backends refuse): the first citations must come in the order the cards are listed, strictly
+    increasing, so one `anyOf` branch per choice of all but the last, each `prefixItems: [{const: id_i},
+    ..., {enum: ids after the last const}]`. With two citations that is one branch per card but the last
+    ([a,a] and [b,a] are refused, [a,b] and [a,b,a] accepted). More than DISTINCT_BRANCHES_MAX branches:
+    only the first two citations are forced apart, and the validator's rule says the rest."""
+    ids = list(dict.fromkeys(card_ids))
+    if not ids:
         return {"type": "array", "maxItems": 0}
     # At most CITES_MAX citations (or min_citations, if more), and no more than the cards shown: a small
     # model otherwise repeats one id until max_tokens cuts the answer (seen: one ALFWorld id, ~40 tokens,
-    # twelve times in one edit). "uniqueItems" would say more, but vLLM's grammar backends refuse it
-    # (400, "Unimplemented keys"), so distinct citations stay the validator's rule.
-    most = min(len(set(card_ids)), max(CITES_MAX, min_citations))
-    schema: dict[str, Any] = {"type": "array", "items": enum(card_ids), "maxItems": most}
+    # twelve times in one edit).
+    most = min(len(ids), max(CITES_MAX, min_citations))
+    schema: dict[str, Any] = {"type": "array", "items": enum(ids), "maxItems": most}
     if min_citations > 0:
         schema["minItems"] = min_citations
-    return schema
+    if min_citations < 2 or len(ids) < min_citations:
+        return schema
+    distinct = min_citations
+    while distinct > 2 and comb(len(ids) - 1, distinct - 1) > DISTINCT_BRANCHES_MAX:
+        distinct -= 1
+    branches = []
+    for firsts in combinations(range(len(ids) - 1), distinct - 1):
+        prefix: list[dict[str, Any]] = [{"const": ids[i]} for i in firsts]
+        prefix.append(enum(ids[firsts[-1] + 1 :]))
+        branches.append({**schema, "prefixItems": prefix})
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
 class MalformedAnswer(ValueError):
@@ -240,13 +284,16 @@ def read_prompt_file(path: Path, model: type[M]) -> M:
 # -- rendering records for prompts (shared by the LLM judge and reviser) ------------------------------
 
 
-def render_cards(cards: Sequence[EvidenceCard]) -> str:
+def render_cards(cards: Sequence[EvidenceCard], names: Sequence[str] | None = None) -> str:
+    """The cards as a prompt shows them, each headed by its id, or by its name in `names` (the
+    reviser's short aliases C1..Cn) when given."""
     if not cards:
         return "(no cards)"
+    heads = list(names) if names is not None else [c.id for c in cards]
     blocks = []
-    for card in cards:
+    for head, card in zip(heads, cards, strict=True):
         tag = ", privileged: built from the expert plan" if card.privileged else ""
-        blocks.append(f"[{card.id}] {card.type} card, task {card.task_id}{tag}\n{card.text.strip()}")
+        blocks.append(f"[{head}] {card.type} card, task {card.task_id}{tag}\n{card.text.strip()}")
     return "\n\n".join(blocks)
 
 
@@ -352,38 +399,44 @@ def structured_decision(llm: LLMSpec) -> bool | None:
     return _STRUCTURED.get(_endpoint(llm))
 
 
-def _probe() -> Any:
+def _ask_probe(probe: Probe) -> Any:
     import dspy
 
     return dspy.settings.lm(
-        PROBE_PROMPT,
-        max_tokens=PROBE_MAX_TOKENS,
-        response_format=response_format("pats_probe", PROBE_SCHEMA),
+        probe.prompt, max_tokens=PROBE_MAX_TOKENS, response_format=response_format(probe.name, probe.schema)
     )
 
 
+def keeps_schema(text: str, schema: dict[str, Any]) -> bool:
+    """Whether `text` is JSON that `schema` accepts."""
+    import jsonschema
+
+    try:
+        return jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+    except json.JSONDecodeError:
+        return False
+
+
 async def probe_structured(caller: LLMCaller, path: str = "") -> bool:
-    """One request asking for PROBE_SCHEMA: True when the answer is exactly `{"answer": "ok"}`. The
-    decision is kept for the endpoint and said on stderr; a fault or a refusal of the field is off.
-    The request is one of the caller's calls (seconds, tokens), never retried, never a fault: a server
-    that refuses response_format has answered the question."""
-    llm = caller.spec
-    outputs, error = await caller.attempt(_probe)
+    """One request asking for an answer in the caller's own schema (`caller.probe`): True when the
+    answer is JSON that schema accepts. The decision is kept for the endpoint and said on stderr; a
+    fault or a refusal of the schema is off, and the caller then asks in DSPy's free-form fields. The
+    request is one of the caller's calls (seconds, tokens), never retried, never a fault: a server that
+    refuses the schema has answered the question."""
+    llm, probe = caller.spec, caller.probe
+    outputs, error = await caller.attempt(functools.partial(_ask_probe, probe))
     if error is not None:
         detail = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
-        why = f"the probe request failed: {mask_secrets(detail, [llm.api_key_env])}"
+        why = f"the server refused the request with {probe.name}'s schema: {mask_secrets(detail, [llm.api_key_env])}"
         supported = False
     else:
         text = outputs[0] if outputs else ""
         text = text.get("text", "") if isinstance(text, dict) else str(text)
-        try:
-            supported = json.loads(text) == {"answer": "ok"}
-        except json.JSONDecodeError:
-            supported = False
+        supported = keeps_schema(text, probe.schema)
         why = (
-            "the probe's answer kept to its JSON schema"
+            f"the probe's answer kept to {probe.name}'s JSON schema"
             if supported
-            else f"the probe's answer did not keep to its JSON schema: {text[:80]!r}"
+            else f"the probe's answer did not keep to {probe.name}'s JSON schema: {text[:80]!r}"
         )
     _STRUCTURED[_endpoint(llm)] = supported
     where = f"{path}: " if path else ""
@@ -434,6 +487,7 @@ class LLMCaller:
         self.tokens = 0
         self._tokens_lock = threading.Lock()  # answers are counted from the worker threads
         self.structured: bool | None = {"on": True, "off": False}.get(spec.structured)
+        self.probe = PLAIN_PROBE  # the reviser and the judge set their own schema's (`Probe`)
         self._schema_adapter: Any = None
         self._deciding: asyncio.Lock | None = None
         self._deciding_loop: asyncio.AbstractEventLoop | None = None
@@ -475,10 +529,10 @@ class LLMCaller:
         attempts = self.spec.max_retries + 1
         for attempt in range(attempts):
             async with semaphore:
-                started = time.monotonic()
+                started, sent = time.monotonic(), [0]
                 lm = self._lm_for(attempt)
                 run = functools.partial(
-                    contextvars.copy_context().run, self._run, lm, adapter, program, inputs
+                    contextvars.copy_context().run, self._run, lm, adapter, program, inputs, sent
                 )
                 try:
                     prediction = await asyncio.wait_for(
@@ -492,9 +546,9 @@ class LLMCaller:
                     kind = fault
                     self.faults[kind] += 1
                     error = self.last_error = exc
-                    self._count(started)
+                    self._count(started, sent)
                 else:
-                    self._count(started)
+                    self._count(started, sent)
                     return result
             if attempt + 1 == attempts or not retryable(error):
                 break
@@ -504,9 +558,9 @@ class LLMCaller:
     async def attempt(self, program: Any, /, **inputs) -> tuple[Any, BaseException | None]:
         """`program(**inputs)` once: (its result, None), or (None, the LLM fault). Counted as a call with
         its seconds and tokens, not as a fault; for a probe, whose refusal is an answer."""
-        started = time.monotonic()
+        started, sent = time.monotonic(), [0]
         run = functools.partial(
-            contextvars.copy_context().run, self._run, self.lm, self.adapter, program, inputs
+            contextvars.copy_context().run, self._run, self.lm, self.adapter, program, inputs, sent
         )
         try:
             async with self._limit():
@@ -518,12 +572,13 @@ class LLMCaller:
                 raise
             return None, exc
         finally:
-            self._count(started)
+            self._count(started, sent)
         return result, None
 
-    def _count(self, started: float) -> None:
-        """One attempt sent: a call, with its seconds, whether it was answered, malformed or failed."""
-        self.calls += 1
+    def _count(self, started: float, sent: list[int]) -> None:
+        """One attempt sent, with its seconds, whether it was answered, malformed or failed: as many calls
+        as requests its program run sent (`_run` puts them in `sent`; at least one)."""
+        self.calls += max(1, sent[0])
         self.seconds += time.monotonic() - started
 
     async def uses_schema(self) -> bool:
@@ -548,17 +603,26 @@ class LLMCaller:
             self._schema_adapter = schema_adapter()
         return self._schema_adapter
 
-    def _run(self, lm: Any, adapter: Any, program: Any, inputs: dict[str, Any]) -> Any:
+    def _run(self, lm: Any, adapter: Any, program: Any, inputs: dict[str, Any], sent: list[int]) -> Any:
         import dspy
         from dspy.utils.usage_tracker import track_usage
 
         # Our own tracker (the program then adds to it instead of opening one) still holds the usage
         # when the adapter raises on an answer it cannot parse.
+        # Requests: one per answer the tracker saw (a program such as the reviser's may ask more than
+        # once), plus the one that raised without an answer (a malformed answer was seen already); an
+        # answer from DSPy's response cache reports no usage, so a run counts at least one (`_count`).
+        requests = 0
         with dspy.context(lm=lm, adapter=adapter, track_usage=True), track_usage() as tracker:
             try:
                 return program(**inputs)
+            except Exception as exc:
+                requests = 0 if fault_kind(exc) == "malformed" else 1
+                raise
             finally:
                 used = _tokens(tracker.get_total_tokens())
+                requests += sum(len(entries) for entries in tracker.usage_data.values())
+                sent[0] = requests
                 with self._tokens_lock:
                     self.tokens += used
 

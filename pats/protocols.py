@@ -17,6 +17,7 @@ from pats.types import (
     EvidenceCard,
     LLMUsage,
     Record,
+    Refinement,
     Rollout,
     RolloutGroup,
     ScaffoldEntry,
@@ -145,6 +146,23 @@ class Reviser(Protocol):
     def usage(self) -> LLMUsage:
         """LLM calls, latency and faults so far (zeros where it calls no LLM)."""
         ...
+
+
+@runtime_checkable
+class RefiningReviser(Reviser, Protocol):
+    """A reviser that checks its own answers with the review's check (`check`, given when it was
+    built) and asks again with the problems (the LLM reviser's DSPy program); the review then asks it
+    once per type and step, and logs each refused answer of the `Refinement`."""
+
+    check: Any
+
+    async def refine(
+        self,
+        step: int,
+        assessment: Assessment,
+        cards: Sequence[EvidenceCard],
+        entries: Sequence[ScaffoldEntry],
+    ) -> Refinement: ...
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pats.cards import build_cards
 from pats.errors import JudgeError
 from pats.metrics import review_metrics, scaffold_metrics
-from pats.protocols import GroupPlan, Judge, Reviser, TokenCounter
+from pats.protocols import GroupPlan, Judge, RefiningReviser, Reviser, TokenCounter
 from pats.scaffold import EditError, ScaffoldStore
 from pats.scaffold.validate import validate_edits
 from pats.spec.models import ScaffoldSpec
@@ -151,6 +151,9 @@ class Reviewer:
         self.spec, self.judge, self.reviser, self.fallback = spec, judge, reviser, fallback
         self.count_tokens, self.expert_plan = count_tokens, expert_plan
         self.fallback_streak = 0  # steps in a row in which the rules reviser answered every task type
+        # A reviser that checks and re-asks itself (the LLM reviser's program) is asked once per type;
+        # any other is retried here once with the problems.
+        self.refines = isinstance(reviser, RefiningReviser) and reviser.check is not None
 
     def _cards(self, groups: Sequence[RolloutGroup]) -> list[EvidenceCard]:
         cards: list[EvidenceCard] = []
@@ -220,6 +223,8 @@ class Reviewer:
         self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard], deadline: float
     ) -> TypeRevision:
         entries = self.store.entries_for_type(assessment.task_type)
+        if self.refines:
+            return await self._refined(step, assessment, cards, entries, deadline)
         refused: list[str] = []
         feedback: list[str] = []
         over = 0
@@ -244,6 +249,40 @@ class Reviewer:
                 return TypeRevision(tuple(edits), tuple(refused), False, over)
             refused.append(f"{assessment.task_type} attempt {attempt + 1}: " + "; ".join(errors))
             feedback = errors
+        return await self._fall_back(step, assessment, cards, entries, refused, over)
+
+    async def _refined(
+        self, step: int, assessment: Assessment, cards: Sequence[EvidenceCard], entries, deadline: float
+    ) -> TypeRevision:
+        """A reviser whose program checks its answers with the review's check and asks again itself
+        (the LLM reviser): one program run, each refused answer logged as an attempt, then the rules."""
+        assert isinstance(self.reviser, RefiningReviser)
+        refused: list[str] = []
+        try:
+            refinement = await asyncio.wait_for(
+                self.reviser.refine(step, assessment, cards, entries), max(0.0, deadline - time.monotonic())
+            )
+        except JudgeError as err:
+            refused.append(f"{assessment.task_type}: reviser failed: {err}")
+            return await self._fall_back(step, assessment, cards, entries, refused, 0)
+        except asyncio.TimeoutError:
+            refused.append(
+                f"{assessment.task_type}: reviser stopped at the step's review budget "
+                f"(scaffold.review_budget_s={self.spec.review_budget_s:g})"
+            )
+            return await self._fall_back(step, assessment, cards, entries, refused, 1)
+        for n, attempt in enumerate(refinement.attempts):
+            if attempt.problems:
+                refused.append(f"{assessment.task_type} attempt {n + 1}: " + "; ".join(attempt.problems))
+        if refinement.accepted:
+            return TypeRevision(refinement.edits, tuple(refused), False, 0)
+        return await self._fall_back(step, assessment, cards, entries, refused, 0)
+
+    async def _fall_back(
+        self, step: int, assessment: Assessment, cards, entries, refused: list[str], over: int
+    ) -> TypeRevision:
+        """The rules reviser's answer in place of a refused or failed one (none where it was the rules
+        that were refused)."""
         if self.reviser is self.fallback:
             return TypeRevision((), tuple(refused), False, over)
         edits = await self.fallback.revise(step, assessment, cards, entries)

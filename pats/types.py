@@ -273,6 +273,28 @@ class DeleteEdit(Record):
 Edit = Annotated[AddEdit | UpdateEdit | DeleteEdit, Field(discriminator="op")]
 
 
+class Attempt(Record):
+    """One answer of a reviser that checks its own answers, and the problems the check found in it
+    (none: accepted)."""
+
+    edits: tuple[Edit, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+class Refinement(Record):
+    """Every answer of one refining reviser's run for a task type, in order; the last is its answer."""
+
+    attempts: tuple[Attempt, ...] = Field(min_length=1)
+
+    @property
+    def edits(self) -> tuple[Edit, ...]:
+        return self.attempts[-1].edits
+
+    @property
+    def accepted(self) -> bool:
+        return not self.attempts[-1].problems
+
+
 class ScaffoldEntry(Record):
     id: str
     kind: EntryKind

@@ -112,8 +112,9 @@ async def test_valid_answer_gives_typed_edits():
 
     prompt = prompt_of(lm)
     assert "REVISE: the agent succeeds some of the time" in prompt  # the mode's budget text
-    assert "at least 2 distinct card ids" in prompt
-    assert "[s1] harmful: the game says 'take' (cites c5-twc-1-failure)" in prompt  # verdicts
+    assert "at least 2 distinct card names" in prompt
+    assert "[s1] harmful: the game says 'take' (cites C2)" in prompt  # verdicts, cards by their names
+    assert "[C2] failure card, task twc-1\ninvalid action" in prompt and "c5-twc-1-failure" not in prompt
     assert "[m1] mistake, scope general: Avoid loops." in prompt  # entries
     assert "left the gold path" in prompt and "privileged" in prompt  # passed, so shown, and marked
     assert "COIN-ONLY-EVIDENCE" not in prompt  # another type's card
@@ -170,7 +171,7 @@ async def test_budget_text_follows_mode_and_run_settings():
     await reviser.revise(5, pruning, CARDS, ENTRIES)
     prompt = prompt_of(lm)
     assert "PRUNE: this type's scaffold is over its size budget" in prompt
-    assert "at least 3 distinct card ids" in prompt
+    assert "at least 3 distinct card names" in prompt
     assert "Removal is switched off" in prompt and "grow mode" in prompt
     assert "REVISE: the agent succeeds" not in prompt
 

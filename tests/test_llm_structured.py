@@ -66,13 +66,24 @@ def llm(server: ScriptedOpenAIServer, **fields) -> LLMSpec:
     return LLMSpec(**{**base, "max_retries": 0, **fields})
 
 
-def variants(schema: dict) -> dict[tuple[str, str], dict]:
-    """(op, kind) -> the schema of that edit variant."""
-    items = schema["properties"]["edits"]["items"]["anyOf"]
-    return {
-        (v["properties"]["op"]["enum"][0], ",".join(v["properties"].get("kind", {}).get("enum", []))): v
-        for v in items
-    }
+def variants(schema: dict) -> dict[tuple[str, str], list[dict]]:
+    """(op, kind) -> the schemas of that edit variant among the schema's `$defs` (one per entry for
+    UPDATE and DELETE)."""
+    found: dict[tuple[str, str], list[dict]] = {}
+    for definition in schema.get("$defs", {}).values():
+        for v in definition.get("anyOf", [definition]):
+            key = (
+                v["properties"]["op"]["enum"][0],
+                ",".join(v["properties"].get("kind", {}).get("enum", [])),
+            )
+            found.setdefault(key, []).append(v)
+    return found
+
+
+def accepts(schema: dict, value) -> bool:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
 
 
 # -- the schema ----------------------------------------------------------------------------------------
@@ -84,55 +95,103 @@ def test_edit_schema_enums_are_exactly_the_scopes_entries_and_cards_shown():
         ReviewMode.REVISE, "twc", shown, ENTRIES, min_citations=2, removal=True, add_only=False
     )
     by = variants(schema)
-    assert set(by) == {("ADD", "skill,mistake"), ("ADD", "plan"), ("UPDATE", ""), ("DELETE", "")}
-    add, plan = by["ADD", "skill,mistake"]["properties"], by["ADD", "plan"]["properties"]
-    assert add["scope"]["enum"] == ["general", "task:twc-a", "task:twc-b", "type:twc"]
-    assert plan["scope"]["enum"] == ["task:twc-a", "task:twc-b"]  # a plan belongs to one task
-    for variant in by.values():
-        cites = variant["properties"]["cites"]
+    assert set(by) == {("ADD", "skill"), ("ADD", "mistake"), ("ADD", "plan"), ("UPDATE", ""), ("DELETE", "")}
+    (add,), (plan,) = by["ADD", "skill"], by["ADD", "plan"]
+    assert add["properties"]["scope"]["enum"] == ["general", "task:twc-a", "task:twc-b", "type:twc"]
+    assert plan["properties"]["scope"]["enum"] == ["task:twc-a", "task:twc-b"]  # a plan belongs to one task
+    for variant in (v for vs in by.values() for v in vs):
+        cites = variant["properties"]["cites"]  # two cards: one branch, [a, b] in card order
         assert cites["items"]["enum"] == ["c3-a-fail", "c3-b-fail"] and cites["minItems"] == 2
+        assert cites["prefixItems"] == [{"const": "c3-a-fail"}, {"type": "string", "enum": ["c3-b-fail"]}]
         assert variant["additionalProperties"] is False and set(variant["required"]) == set(
             variant["properties"]
         )
-    # e3 is scoped to a task no card shows: the validator would refuse editing it, so no enum offers it.
-    assert by["UPDATE", ""]["properties"]["entry_id"]["enum"] == ["e1", "e2"]
-    assert by["DELETE", ""]["properties"]["entry_id"]["enum"] == ["e1", "e2"]
-    # REVISE: one skill, one mistake, one edit per entry.
-    assert schema["properties"]["edits"]["maxItems"] == 4
+    # e3 is scoped to a task no card shows: the validator would refuse editing it, so no schema offers it.
+    assert [v["properties"]["entry_id"]["enum"] for v in by["UPDATE", ""]] == [["e1"], ["e2"]]
+    assert [v["properties"]["entry_id"]["enum"] for v in by["DELETE", ""]] == [["e1"], ["e2"]]
     # The fields are the records' own: a field added to AddEdit or UpdateEdit reaches the schema.
-    assert set(add) == set(AddEdit.model_fields) and set(by["UPDATE", ""]["properties"]) == set(
-        UpdateEdit.model_fields
-    )
+    assert set(add["properties"]) == set(AddEdit.model_fields)
+    assert set(by["UPDATE", ""][0]["properties"]) == set(UpdateEdit.model_fields)
+
+    # The list: each entry at most once, first, in order; then at most one skill or plan and one mistake.
+    def edit(op, **fields):
+        base = {"ADD": {"kind": "skill", "scope": "type:twc", "text": "t"}, "UPDATE": {"text": "t"}}
+        return {"op": op, **base.get(op, {"reason": "r"}), "cites": ["c3-a-fail", "c3-b-fail"], **fields}
+
+    e1, e2 = edit("UPDATE", entry_id="e1"), edit("DELETE", entry_id="e2")
+    mistake = edit("ADD", kind="mistake")
+    assert accepts(schema, {"edits": [e1, e2, edit("ADD"), mistake]})
+    assert not accepts(schema, {"edits": [e1, e1]}), "one entry edited twice"
+    assert not accepts(schema, {"edits": [e2, e1]}), "entries out of order"
+    assert not accepts(schema, {"edits": [edit("ADD"), edit("ADD", text="u")]}), "REVISE: one skill ADD"
+    assert not accepts(schema, {"edits": [mistake, edit("ADD")]}), "skills before mistakes"
+    assert accepts(schema, {"edits": []})
 
 
 def test_edit_schema_follows_the_mode_and_the_run():
     shown = [c for c in CARDS if c.task_type == "twc"]
 
+    def schema(mode, **run):
+        return edit_schema(
+            mode, "twc", shown, ENTRIES, **{"min_citations": 1, "removal": True, "add_only": False, **run}
+        )
+
     def ops(mode, **run):
-        settings = {"min_citations": 1, "removal": True, "add_only": False, **run}
-        schema = edit_schema(mode, "twc", shown, ENTRIES, **settings)
-        items = schema["properties"]["edits"].get("items")
-        return sorted(variants(schema)) if items else []
+        return sorted(variants(schema(mode, **run)))
 
     assert ops(ReviewMode.PRUNE) == [("DELETE", "")]
-    assert ops(ReviewMode.EXPAND) == [("ADD", "plan"), ("ADD", "skill,mistake"), ("UPDATE", "")]
+    assert ops(ReviewMode.EXPAND) == [("ADD", "mistake"), ("ADD", "plan"), ("ADD", "skill"), ("UPDATE", "")]
     assert ops(ReviewMode.REVISE, removal=False) == [
+        ("ADD", "mistake"),
         ("ADD", "plan"),
-        ("ADD", "skill,mistake"),
+        ("ADD", "skill"),
         ("UPDATE", ""),
     ]
-    assert ops(ReviewMode.REVISE, add_only=True) == [("ADD", "plan"), ("ADD", "skill,mistake")]
+    assert ops(ReviewMode.REVISE, add_only=True) == [("ADD", "mistake"), ("ADD", "plan"), ("ADD", "skill")]
     assert ops(ReviewMode.COMPRESS, removal=False) == []  # only the empty set is valid
+    assert schema(ReviewMode.COMPRESS, removal=False)["properties"]["edits"] == {
+        "type": "array",
+        "maxItems": 0,
+    }
     # More citations asked than cards shown: only the empty set can be valid.
     assert ops(ReviewMode.REVISE, min_citations=3) == []
+    # EXPAND: two skill or plan ADDs and one mistake; COMPRESS: ADDs only beside the entries they replace.
+    add = {"op": "ADD", "kind": "skill", "scope": "type:twc", "text": "t", "cites": ["c3-a-fail"]}
+    expand = schema(ReviewMode.EXPAND)
+    assert accepts(expand, {"edits": [add, add]}) and not accepts(expand, {"edits": [add, add, add]})
+    compress = schema(ReviewMode.COMPRESS)
+    update = {"op": "UPDATE", "entry_id": "e1", "text": "t", "cites": ["c3-a-fail"]}
+    assert not accepts(compress, {"edits": [add]}) and accepts(compress, {"edits": [update, add]})
+    assert not accepts(compress, {"edits": [update, add, add]}), "no more ADDs than the entries edited"
 
 
 def test_citations_are_capped_by_the_cards_shown_and_cites_max_not_below_the_minimum():
     ids = [f"c1-t{i}-fail" for i in range(10)]
-    assert cites_schema(ids, 2)["maxItems"] == CITES_MAX == 4  # not one per card shown: 10
-    assert cites_schema(ids[:3], 2)["maxItems"] == 3
-    assert cites_schema(ids, 6) == {"type": "array", "items": enum(ids), "maxItems": 6, "minItems": 6}
+    branches = cites_schema(ids, 2)["anyOf"]
+    assert {b["maxItems"] for b in branches} == {CITES_MAX} and CITES_MAX == 4  # not one per card: 10
+    assert {b["maxItems"] for b in cites_schema(ids[:3], 2)["anyOf"]} == {3}
+    assert {(b["minItems"], b["maxItems"]) for b in cites_schema(ids, 6)["anyOf"]} == {(6, 6)}
+    assert cites_schema(ids, 1) == {"type": "array", "items": enum(ids), "maxItems": 4, "minItems": 1}
     assert cites_schema([], 1) == {"type": "array", "maxItems": 0}
+
+
+def test_citations_schema_forces_distinct_cards_without_unique_items():
+    a, b, c = "C1", "C2", "C3"
+    two = cites_schema([a, b, c], 2)
+    assert "uniqueItems" not in json.dumps(two)
+    assert [accepts(two, v) for v in ([a, a], [b, a], [c, c], [a])] == [False] * 4
+    assert [accepts(two, v) for v in ([a, b], [a, c], [b, c], [a, b, a])] == [True] * 4
+    assert len(two["anyOf"]) == 2  # a branch per first card but the last
+    three = cites_schema([a, b, c, "C4"], 3)
+    assert not accepts(three, [a, b, b]) and not accepts(three, [b, a, c]) and accepts(three, [a, c, "C4"])
+    # Past DISTINCT_BRANCHES_MAX branches only the first two are forced apart (the validator counts on).
+    many = [f"C{i}" for i in range(1, 41)]
+    wide = cites_schema(many, 3)
+    assert (
+        len(wide["anyOf"]) == 39
+        and not accepts(wide, ["C1", "C1", "C2"])
+        and accepts(wide, ["C1", "C2", "C2"])
+    )
 
 
 def test_verdict_schema_is_one_grade_per_entry_shown_citing_cards_shown():
@@ -172,9 +231,17 @@ async def test_on_sends_the_schema_and_reads_the_json_answer():
     assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "pats_edits"
     shown = [c for c in CARDS if c.task_type == "twc"]
     want = edit_schema(
-        ReviewMode.REVISE, "twc", shown, ENTRIES, min_citations=2, removal=True, add_only=False
+        ReviewMode.REVISE,
+        "twc",
+        shown,
+        ENTRIES,
+        min_citations=2,
+        removal=True,
+        add_only=False,
+        card_ids=[f"C{i + 1}" for i in range(len(shown))],
     )
     assert sent["json_schema"]["schema"] == want
+    assert "C1" in json.dumps(want) and shown[0].id not in json.dumps(want), "the schema names cards C1.."
     assert not server.probes, "on needs no probe"
 
 

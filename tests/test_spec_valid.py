@@ -14,9 +14,11 @@ from pats.cli.main import main
 from pats.errors import SpecNotice
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
 from pats.spec.schema import SCHEMA_PATH, schema_text
+from pats.sweep.grid import is_sweep_file
 
 REPO = Path(__file__).resolve().parents[1]
-SPECS = sorted(p.relative_to(REPO) for p in (REPO / "experiments").rglob("*.yaml"))
+# Experiment specs; sweep files (experiments/sweeps/, one key `sweep:`) are checked in tests/test_sweep.py.
+SPECS = sorted(p.relative_to(REPO) for p in (REPO / "experiments").rglob("*.yaml") if not is_sweep_file(p))
 
 
 def test_there_are_specs_for_every_environment_and_mode():

@@ -201,3 +201,19 @@ def test_the_sweep_as_ray_tasks_on_a_local_ray(repo, tmp_path):
         assert {r.status for r in again} == {"skipped"}
     finally:
         ray.shutdown()
+
+
+SWEEP_FILES = sorted((Path(__file__).resolve().parents[1] / "experiments" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.name)
+def test_shipped_sweep_files_plan_and_validate_and_open_with_their_command(path, repo, monkeypatch, capsys):
+    from pats.cli.main import main
+    from pats.sweep import load_sweep_file
+
+    monkeypatch.chdir(repo)
+    assert path.read_text().splitlines()[0] == f"# Run: pats sweep {path.relative_to(repo)}"
+    planned = cells(load_sweep_file(path))
+    assert len(planned) == len({c.name for c in planned}) > 1
+    assert main(["validate", str(path.relative_to(repo))]) == 0
+    assert f"sweep: {len(planned)} cells" in capsys.readouterr().out

@@ -45,6 +45,14 @@ def _validate_one(path: str, overrides: list[str]) -> str:
             return "reviser prompt"
         load_rubric(path, Path(path).stem)
         return "judge rubric"
+    from pats.sweep.grid import is_sweep_file
+
+    if is_sweep_file(path):  # every cell planned: loaded and validated with the sweep's overrides
+        from pats.sweep.grid import cells, load_sweep_file
+
+        sweep = load_sweep_file(path)
+        planned = cells(sweep.model_copy(update={"overrides": (*sweep.overrides, *overrides)}))
+        return f"sweep: {len(planned)} cells, {len({c.condition for c in planned})} conditions"
     from pats.llm_check import check_providers, unset_keys
     from pats.spec.loader import load_spec_sourced, missing_files
 

@@ -16,7 +16,7 @@ INTERVALS = (
     "Intervals: 95%, percentile bootstrap over seeds and games (pats/stats.py), 2000 draws, fixed RNG "
     "seed. Crossed: seeds drawn with replacement and one draw of games shared by every drawn seed (all "
     "seeds played the same games); nested: games drawn within each drawn seed. At a rate of 0 or 1, "
-    "Wilson's interval over the (seed, game) units. Per seed: the difference in each seed."
+    "Wilson's interval over the games (crossed) or the (seed, game) units (nested). Per seed: the difference in each seed."
 )
 
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pats.errors import JudgeError
 from pats.lm import (
     LLMCaller,
+    Probe,
     cites_schema,
     enum,
     prompt_file,
@@ -129,6 +130,13 @@ def verdict_schema(entry_ids: Sequence[str], card_ids: Sequence[str]) -> dict[st
     }
 
 
+def judge_probe() -> Probe:
+    """The structured-output probe of the judge: its verdict schema for one entry and two cards, and an
+    answer that schema accepts."""
+    verdict = {"entry_id": "e1", "label": GRADE_LABELS[0], "reason": "probe", "cites": ["C1"]}
+    return Probe("pats_verdicts", verdict_schema(["e1"], ["C1", "C2"]), {"verdicts": [verdict]})
+
+
 def verdicts_from_answer(
     answer: Sequence[Any], entry_ids: Sequence[str], card_ids: set[str]
 ) -> tuple[Verdict, ...]:
@@ -199,6 +207,7 @@ class LLMJudge:
         self.stats = stats
         self.rubric = rubric if rubric is not None else load_rubric(spec.rubric, environment)
         self.caller = LLMCaller(spec.llm, lm)
+        self.caller.probe = judge_probe()
         self.program = grade_program(self.rubric)
         self.budget_s = budget_s  # seconds per step for all grading calls (None: no limit)
         self.over_budget = 0  # steps whose grading was cut off by the budget

@@ -49,7 +49,7 @@ FILE_KEYS = tuple(  # values that name files (or folders) a run reads
     for key in (
         "scaffold.initial_bank", "judge.rubric", "environment.data_dir", "environment.catalog",
         "environment.attributes", "environment.instructions", "environment.train_data",
-        "environment.eval_data", "environment.retriever.corpus", "policy.init_adapter",
+        "environment.eval_data", "environment.retriever.corpus", "policy.init_adapter", "reviser.program",
         "warm_start.environment.data_dir", "warm_start.environment.catalog",
         "warm_start.environment.attributes", "warm_start.environment.instructions",
         "warm_start.environment.train_data", "warm_start.environment.eval_data",

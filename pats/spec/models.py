@@ -283,6 +283,18 @@ class RulesReviserSpec(SpecModel):
 class LLMReviserSpec(SpecModel):
     kind: Literal["llm"] = "llm"
     llm: LLMSpec
+    attempts: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description="Answers the reviser's program may give per task type and step: each refused by the "
+        "review's validator is asked again with its problems; then the rules reviser answers.",
+    )
+    program: str | None = Field(
+        None,
+        description="A compiled reviser program (`pats compile-reviser`: demos, instructions), compiled for "
+        "this llm.model and this scaffold's settings; null: the uncompiled program.",
+    )
 
 
 ReviserSpec = Annotated[

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,9 +101,7 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
             file=str(path),
         )
     if isinstance(section.get("specs"), list):
-        section["specs"] = [
-            str(path.parent / s) if not Path(s).is_absolute() else s for s in section["specs"]
-        ]
+        section["specs"] = [os.path.normpath(path.parent / s) for s in section["specs"]]
     section.setdefault("name", path.stem)
     return validated(section, str(path))
 

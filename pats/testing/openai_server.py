@@ -21,12 +21,13 @@ counted, roughly as a tokenizer would: words and punctuation of the prompt's mes
 
 Structured output: by default (`structured=False`) it is a server without schema support that refuses
 the field (`transformers serve` 5.10 ignores it instead, with a warning; its probe answer is then
-prose, which turns structured output off just the same): every request carrying a `response_format`, the probe
-(`pats.lm.PROBE_PROMPT`) included, gets a 400 before the script, consuming nothing; so an LLM on
-`structured: auto` talks to it in DSPy's free-form fields, as the scripts are written. With
-`structured=True` it is a server that takes the field: the probe (kept in `probes`, consuming
-nothing) gets the `probe` item (default `{"answer": "ok"}`: a server that enforced the schema), and requests carrying a `response_format` are answered from the
-script (write those items as the JSON object the schema asks for).
+prose, which turns structured output off just the same): every request carrying a `response_format`,
+the probe (a prompt starting `pats.lm.PROBE_PREFIX`) included, gets a 400 before the script, consuming
+nothing; so an LLM on `structured: auto` talks to it in DSPy's free-form fields, as the scripts are
+written. With `structured=True` it is a server that takes the field: the probe (kept in `probes`,
+consuming nothing) gets the `probe` item (default: the JSON object its prompt asks for, as a server
+that enforced the schema would answer), and requests carrying a `response_format` are answered from
+the script (write those items as the JSON object the schema asks for).
 
 `pats run`'s preflight request (`pats.llm_check.PREFLIGHT_PROMPT`) is answered with the `preflight`
 item (default "ok") and kept in `preflights`, never in `requests`: it consumes no script item, so a
@@ -51,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
 from pats.llm_check import PREFLIGHT_PROMPT
-from pats.lm import PROBE_PROMPT
+from pats.lm import PROBE_PREFIX
 
 ScriptItem = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -80,11 +81,15 @@ class ScriptedOpenAIServer:
         api_key: str | None = None,
         models: Iterable[str] | None = None,
         structured: bool = False,
-        probe: ScriptItem = '{"answer": "ok"}',
+        probe: ScriptItem | None = None,
+        refused_keywords: Iterable[str] = (),
     ):
         self.script: list[ScriptItem] = list(script)
         self.structured = structured  # False: refuses response_format with a 400
-        self.probe = probe  # a structured server's answer to the probe
+        self.probe = probe  # a structured server's answer to the probe (None: the object it asks for)
+        # JSON-schema keywords a structured server refuses (400), as a provider's strict mode refuses
+        # `prefixItems` or `const`: every request whose response_format uses one, the probe included.
+        self.refused_keywords = tuple(refused_keywords)
         self.model = model
         self.preflight = preflight  # the answer to every preflight request
         self.api_key = api_key  # None: any key (or none) is accepted
@@ -166,12 +171,15 @@ class ScriptedOpenAIServer:
                 self.probes.append(body)
             if not self.structured:
                 return _NO_SCHEMA
-            item = self.probe
+            if (refused := self._schema_refusal(body)) is not None:
+                return refused
+            item = self.probe if self.probe is not None else _asked_object(body)
         elif refusal is None and not self.structured and body.get("response_format") is not None:
             with self._lock:
                 self.requests.append(body)
             return _NO_SCHEMA
         else:
+            refusal = refusal or self._schema_refusal(body)
             with self._lock:
                 self.requests.append(body)
                 if refusal is not None:
@@ -193,6 +201,18 @@ class ScriptedOpenAIServer:
             return {"status": 404, "message": f"The model `{model}` does not exist.", "kind": "NotFoundError"}
         return None
 
+    def _schema_refusal(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The 400 for a response_format whose schema uses a keyword this server refuses, else None."""
+        schema = json.dumps(body.get("response_format") or {})
+        refused = [k for k in self.refused_keywords if f'"{k}"' in schema]
+        if not refused:
+            return None
+        return {
+            "status": 400,
+            "message": f"Invalid schema for response_format: keyword '{refused[0]}' is not supported",
+            "kind": "invalid_request_error",
+        }
+
     def _log(self, status: int, tokens: int, body: dict[str, Any]) -> None:
         kind = "preflight" if _is_preflight(body) else "probe" if _is_probe(body) else "script"
         with self._lock:
@@ -213,7 +233,13 @@ def _is_preflight(body: dict[str, Any]) -> bool:
 
 
 def _is_probe(body: dict[str, Any]) -> bool:
-    return any(_content(m).strip() == PROBE_PROMPT for m in body.get("messages", []))
+    return any(_content(m).strip().startswith(PROBE_PREFIX) for m in body.get("messages", []))
+
+
+def _asked_object(body: dict[str, Any]) -> str:
+    """The JSON object a probe's prompt asks for ("... answer with the JSON object {...}.")."""
+    text = next(_content(m).strip() for m in body["messages"] if _content(m).strip().startswith(PROBE_PREFIX))
+    return text[text.index("{") : text.rindex("}") + 1]
 
 
 # What a server without schema support says to a response_format (vLLM-style 400 body).

@@ -1,0 +1,68 @@
+"""`pats compile-reviser SPEC --bundles DIR`: compile the LLM reviser's program (pats.reviser.compile)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pats.errors import SpecError
+
+DESCRIPTION = """Compile the LLM reviser's DSPy program against the train split of recorded reviser
+bundles and save it (demos, instructions, and what it was compiled under). A spec then loads it with
+reviser.program: PATH; a program compiled for another model or other scaffold settings is refused.
+
+  labeled    demos: the rules reviser's accepted answers on the shortest train bundles (no LLM needed)
+  bootstrap  demos: the spec's reviser LLM's own first answers that the review's check accepted
+
+examples:
+  pats compile-reviser experiments/llm/reviser_vllm.yaml --bundles bench/reviser_bundles
+  pats compile-reviser SPEC reviser.llm.model=hosted_vllm/M --bundles DIR --optimizer bootstrap --demos 3"""
+
+
+def cmd_compile_reviser(args: argparse.Namespace) -> int:
+    from pats.cli.main import _split_args
+    from pats.models import token_counter
+    from pats.reviser.bundles import load
+    from pats.reviser.compile import compile_program, default_out
+    from pats.reviser.program import save_program
+    from pats.spec import load_spec
+
+    specs, overrides = _split_args(args.items)
+    if len(specs) != 1:
+        raise SpecError(
+            f"`pats compile-reviser` takes one spec file and overrides, got {len(specs)}: {specs}"
+        )
+    spec = load_spec(specs[0], overrides)
+    if not args.bundles.is_dir():
+        raise SpecError(f"--bundles {args.bundles}: not a folder of reviser bundles (*.json)")
+    bundles = load(args.bundles)
+    program, meta = compile_program(
+        spec, bundles, token_counter(spec.policy.model), optimizer=args.optimizer, k=args.demos
+    )
+    out = save_program(program, meta, args.out or default_out(spec))
+    print(
+        f"compiled the reviser for {meta.model} ({meta.optimizer}, {meta.demos} demos from "
+        f"{len(meta.trainset)} train bundles); wrote {out}\nuse it with reviser.program={out}"
+    )
+    return 0
+
+
+def add_compile_parser(sub) -> None:
+    p = sub.add_parser(
+        "compile-reviser",
+        help="compile the LLM reviser's DSPy program against recorded bundles",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec (reviser.kind: llm) and overrides"
+    )
+    p.add_argument("--bundles", type=Path, required=True, help="folder of bundles; their train split is used")
+    p.add_argument("--out", type=Path, help="where to save (default programs/reviser-<model>.json)")
+    p.add_argument(
+        "--optimizer", choices=["labeled", "bootstrap"], default="labeled", help="default: labeled"
+    )
+    p.add_argument(
+        "--demos", type=int, default=2, help="demos to keep (default 2: a small model's context is short)"
+    )
+    p.set_defaults(func=cmd_compile_reviser)
