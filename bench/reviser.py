@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, RESULTS, write_result  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load, record, save  # noqa: E402
-from reviser_score import BundleScore, score  # noqa: E402
+from reviser_score import BundleScore, bundle_check, score  # noqa: E402
 
 OUT = RESULTS / "reviser"
 SERVED_KEY = "PATS_BENCH_SERVED_KEY"  # openai/ sends a key; transformers serve ignores it
@@ -47,7 +47,8 @@ def summary(rows: list[BundleScore]) -> dict:
     return {
         "bundles": len(rows),
         "parsed": len(parsed),
-        "sets_valid": sum(r.set_valid for r in rows),
+        "sets_valid": sum(r.set_valid for r in rows),  # at the first answer
+        "sets_valid_after_retry": sum(r.valid_after_retry for r in rows),
         "edits_proposed": sum(r.proposed for r in rows),
         "edits_valid": sum(r.valid_edits for r in rows),
         "citations_valid": sum(bool(r.citations_valid) for r in parsed),
@@ -74,7 +75,8 @@ def table(label: str, rows: list[BundleScore]) -> str:
         )
     s = summary(rows)
     lines.append(
-        f"parsed {s['parsed']}/{s['bundles']}, sets valid {s['sets_valid']}/{s['bundles']}, edits valid "
+        f"parsed {s['parsed']}/{s['bundles']}, sets valid {s['sets_valid']}/{s['bundles']} at the first answer "
+        f"and {s['sets_valid_after_retry']}/{s['bundles']} after the retry, edits valid "
         f"{s['edits_valid']}/{s['edits_proposed']}, citations valid {s['citations_valid']}/{s['parsed']}, scaffold "
         f"tokens {s['tokens_before']} -> {s['tokens_after']}, {s['tokens_per_call']:.0f} tokens and "
         f"{s['seconds_per_call']:.1f} s per call"
@@ -82,16 +84,26 @@ def table(label: str, rows: list[BundleScore]) -> str:
     return "\n".join(lines)
 
 
-def llm_reviser(bundle: ReviserBundle, llm: dict):
+def llm_reviser(bundle: ReviserBundle, llm: dict, count=None, program: str | None = None):
+    """The LLM reviser under the bundle's run settings; with `count` (the policy tokenizer) it gets the
+    bundle's check, and its program asks once more when the first answer is refused, as in training."""
     from pats.reviser import LLMReviser
     from pats.spec.models import LLMReviserSpec, LLMSpec
 
     sc = bundle.scaffold
-    spec = LLMReviserSpec(llm=LLMSpec(**llm))
-    return LLMReviser(spec, min_citations=sc.min_citations, removal=sc.removes, add_only=bundle.add_only)
+    spec = LLMReviserSpec(llm=LLMSpec(**llm), program=program)
+    check = bundle_check(bundle, count) if count is not None else None
+    return LLMReviser(
+        spec,
+        min_citations=sc.min_citations,
+        removal=sc.removes,
+        add_only=bundle.add_only,
+        task_plans=sc.task_plans,
+        check=check,
+    )
 
 
-def rules_reviser(bundle: ReviserBundle):
+def rules_reviser(bundle: ReviserBundle, count=None):
     from pats.reviser import RulesReviser
 
     sc = bundle.scaffold
@@ -127,7 +139,7 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
     for b in bundles:
         if b.policy_model not in counters:
             counters[b.policy_model] = token_counter(b.policy_model)
-        reviser = make(b)
+        reviser = make(b, counters[b.policy_model])
         rows.append(score(b, reviser, counters[b.policy_model]))
         if hasattr(reviser, "caller"):
             reviser.caller.close()
@@ -146,11 +158,41 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
     return path
 
 
+def checks(bundles: list[ReviserBundle], meta: dict) -> None:
+    """The oracle row on every bundle and the perturbation table on the first bundle with entries."""
+    from reviser_checks import oracle_row, perturbation_rows
+
+    from pats.models import token_counter
+
+    count = token_counter(bundles[0].policy_model)
+    oracle = [oracle_row(b, count) for b in bundles]
+    base = next(
+        b for b in bundles if b.entries and len({c.id for c in b.cards if c.task_type == b.task_type}) >= 2
+    )
+    table = perturbation_rows(base, count)
+    for row in oracle:
+        print(
+            f"oracle {row['bundle'][:58]:58} {row['mode']:8} edits {row['edits']}  {'passes' if row['passes'] else 'FAILS: ' + '; '.join(row['problems'])}"
+        )
+    for row in table:
+        print(
+            f"perturb {row['rule']:22} refused {row['refused']!s:5} by its rule {row['by_its_rule']!s:5} schema refuses {row['schema_refuses']}"
+        )
+    path = write_result("oracle", {**meta, "rows": oracle, "passes": sum(r["passes"] for r in oracle)}, OUT)
+    print(f"oracle: {sum(r['passes'] for r in oracle)}/{len(oracle)} pass; wrote {path}")
+    path = write_result("perturbations", {**meta, "bundle": base.name, "rows": table}, OUT)
+    print(
+        f"perturbations: {sum(r['by_its_rule'] for r in table)}/{len(table)} refused by their rule; wrote {path}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     who = p.add_mutually_exclusive_group()
     who.add_argument("--model", help="LiteLLM model string of the reviser (openai/..., hosted_vllm/...)")
     who.add_argument("--rules", action="store_true", help="score the offline rules reviser")
+    who.add_argument("--checks", action="store_true",
+                     help="the oracle row on every bundle and the perturbation table (bench/reviser_checks.py)")  # fmt: skip
     who.add_argument("--serve", choices=["transformers", "vllm"], help="start a server on the embedded model")
     who.add_argument("--record", nargs="+", metavar="RUN_DIR", help="write the bundles of finished run dirs")
     who.add_argument("--walkthrough", nargs="+", metavar="ARG",
@@ -165,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="llm.timeout_s per call")
     p.add_argument("--bundles", type=Path, default=BUNDLES, help="folder of bundle JSON files")
     p.add_argument("--only", nargs="*", default=[], help="keep bundles whose name contains one of these")
+    p.add_argument("--split", choices=["heldout", "train", "all"], default="heldout",
+                   help="the bundles scored (default heldout); with --record: the split the new bundles join")  # fmt: skip
+    p.add_argument("--program", help="a compiled reviser program (pats compile-reviser) for the LLM rows")
     p.add_argument(
         "--label",
         help="result name (rules) or its prefix (an LLM: <label>-structured_<on|off|auto-...>); default from the model",
@@ -181,11 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             dirs, source = [Path(d) for d in args.record], ""
         for d in dirs:
-            for path in save(record(d, source or f"pats run: {d.name}"), args.bundles):
+            split = "heldout" if args.split == "all" else args.split
+            for path in save(record(d, source or f"pats run: {d.name}", split), args.bundles):
                 print(f"wrote {path}")
         return 0
 
-    bundles = load(args.bundles, args.only)
+    bundles = load(args.bundles, args.only, None if args.split == "all" else args.split)
 
     def in_repo(path: Path) -> Path:
         path = path.resolve()
@@ -200,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.rules:
         run(args.label or "rules", bundles, rules_reviser, {**meta, "reviser": "rules"})
+        return 0
+    if args.checks:
+        checks(bundles, meta)
         return 0
     if not (args.model or args.serve):
         p.error("name a reviser: --rules, --model MODEL or --serve transformers|vllm")
@@ -239,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             llm["structured"] = decided
             name = args.label or ((args.serve or "") + ("-" if args.serve else "") + model.replace("/", "_"))
             label = f"{name}-structured_{structured}" + (f"-{decided}" if structured == "auto" else "")
-            run(label, bundles, lambda b, llm=llm: llm_reviser(b, llm), {**meta, "reviser": "llm", "llm": llm,
+            label += ("-compiled" if args.program else "") + (
+                f"-{args.split}" if args.split != "heldout" else ""
+            )
+            run(label, bundles, lambda b, count, llm=llm: llm_reviser(b, llm, count, args.program), {**meta, "reviser": "llm", "llm": llm, "program": args.program,
                 "structured_asked": structured, "server": args.serve})  # fmt: skip
     finally:
         if server is not None:

@@ -1,121 +1,12 @@
-"""Reviser bundles: exactly what one reviser call of a real run was given, recorded as JSON to replay.
-
-A bundle is one task type's review at one step: the step's evidence cards (all of them, as the review
-passes them; the reviser shows its type's), the judge's assessment (mode, statistics, verdicts), the
-scaffold entries the review handed the reviser (`ScaffoldStore.entries_for_type` of the version the
-step's groups were pinned to), and the run's scaffold section (min_citations, removal, task plans,
-budget, mode) that the reviser and the validator read. `bench/reviser.py` replays bundles against any
-reviser; `record(run_dir)` makes them from a finished run directory, read back through the event log's
-typed records (`card`, `assessment`, `groups` events) and the scaffold's version files, so a bundle is
-what the run's reviser saw, not a reconstruction of it.
-
-Where it departs from the run: the store's list of pinned tasks (which task-scoped entries the type
-sees) is rebuilt from the `groups` events up to the step; evaluation pins are not logged, and they
-matter only for task-scoped entries of evaluation tasks, which a review never writes.
-"""
+"""The reviser benchmark's bundles: the records and their recording live in the package
+(`pats.reviser.bundles`, which `pats compile-reviser` reads too); the committed bundles are here."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from pathlib import Path
 
-from pats.logging.events import AssessmentEvent, CardEvent, GroupsEvent, read_events
-from pats.scaffold import ScaffoldStore
-from pats.spec import ExperimentSpec, load_spec
-from pats.spec.models import ScaffoldSpec
-from pats.types import Assessment, EvidenceCard, Record, ScaffoldEntry
+from pats.reviser.bundles import ReviserBundle, load, record, save
 
 BUNDLES = Path(__file__).resolve().parent / "reviser_bundles"
 
-
-class ReviserBundle(Record):
-    """One reviser call's input: `LLMReviser.revise(step, assessment, cards, entries)` and the settings
-    that the reviser and `validate_edits` take from the run's spec."""
-
-    name: str  # <environment>-<run>-s<step>-<task type>
-    source: str  # how it was recorded: the run directory's name and what played it
-    environment: str  # the spec's environment.kind
-    policy_model: str  # the tokenizer the run counted scaffold tokens with
-    step: int
-    assessment: Assessment
-    cards: tuple[EvidenceCard, ...]
-    entries: tuple[ScaffoldEntry, ...]
-    scaffold: ScaffoldSpec
-
-    @property
-    def task_type(self) -> str:
-        return self.assessment.task_type
-
-    @property
-    def add_only(self) -> bool:
-        return self.scaffold.mode == "grow"
-
-
-def record(run_dir: Path, source: str = "") -> list[ReviserBundle]:
-    """One bundle per (step, task type) reviewed in `run_dir` (a `pats run` directory)."""
-    from pats.models import token_counter
-
-    spec: ExperimentSpec = load_spec(run_dir / "spec.yaml")
-    events = run_dir / "events.jsonl"
-    count = token_counter(spec.policy.model)
-    store = ScaffoldStore.open(run_dir / "scaffold", count, spec.scaffold.budget.view_tokens)
-    versions = store.versions()
-    groups = read_events(events, GroupsEvent)
-    cards = read_events(events, CardEvent)
-    bundles = []
-    for a in read_events(events, AssessmentEvent):
-        step, task_type = a.step, a.assessment.task_type
-        # The version current at the review: the last one committed before this step (a step's edits
-        # become a version stamped with that step); the groups' pinned hash must agree ("" is a view
-        # with nothing in it).
-        version = [v for v in versions if v.number == 0 or v.step < step][-1]
-        pinned = {g.version for e in groups if e.step == step for g in e.groups if g.type == task_type}
-        if pinned - {"", version.hash}:
-            raise ValueError(
-                f"{run_dir}: step {step} {task_type}: groups pinned {pinned}, not {version.hash}"
-            )
-        seen = {g.task for e in groups if e.step <= step for g in e.groups if g.type == task_type}
-        scopes = {"general", f"type:{task_type}"} | {f"task:{t}" for t in seen}
-        name = f"{spec.environment.kind}-s{step}-{task_type}".replace(":", "_")
-        bundles.append(
-            ReviserBundle(
-                name=name,
-                source=source or run_dir.name,
-                environment=spec.environment.kind,
-                policy_model=spec.policy.model,
-                step=step,
-                assessment=a.assessment,
-                cards=tuple(c.card for c in cards if c.step == step),
-                entries=tuple(e for e in version.entries if e.scope in scopes),
-                scaffold=spec.scaffold,
-            )
-        )
-    return bundles
-
-
-def save(bundles: Sequence[ReviserBundle], folder: Path = BUNDLES) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for b in bundles:
-        path = folder / f"{b.name}.json"
-        path.write_text(json.dumps(b.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n")
-        paths.append(path)
-    return paths
-
-
-def load(folder: Path = BUNDLES, names: Sequence[str] = ()) -> list[ReviserBundle]:
-    """The bundles in `folder`, by name; `names` keeps those whose name contains one of them, in the
-    order of `names` (a run stopped part way then has scored the first ones named)."""
-    paths = sorted(folder.glob("*.json"))
-    if not paths:
-        raise FileNotFoundError(
-            f"no bundles in {folder}; record some: python bench/reviser.py --record RUN_DIR"
-        )
-    bundles = [ReviserBundle.model_validate_json(p.read_text(encoding="utf-8")) for p in paths]
-    if not names:
-        return bundles
-    first = {b.name: next((i for i, n in enumerate(names) if n in b.name), None) for b in bundles}
-    return sorted(
-        (b for b in bundles if first[b.name] is not None), key=lambda b: (first[b.name] or 0, b.name)
-    )
+__all__ = ["BUNDLES", "ReviserBundle", "load", "record", "save"]

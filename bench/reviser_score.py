@@ -1,8 +1,10 @@
 """Scoring one reviser answer on one bundle: what the review would make of it, counted.
 
-`score(bundle, reviser, count_tokens)` calls `reviser.revise` once with the bundle's input (the first
-attempt of a review: no feedback, no retry with the errors, no rules fallback) and checks the answer
-with the review's own check (`pats.review.check_edits`: the validator with the run's min_citations,
+`score(bundle, reviser, count_tokens)` asks the reviser as the review does: an LLM reviser built with
+the bundle's check (`bundle_check`) runs its program's `refine` (its first answer, then, if refused, one
+more with the problems; the rules fallback is left out); any other reviser answers once. The first
+answer is scored in full, and whether the set after the retry was accepted is counted beside it. The
+first answer is checked with the review's own check (`pats.review.check_edits`: the validator with the run's min_citations,
 removal, task plans and grow mode). It counts: whether an edit list came back (`parsed`; an answer the
 reviser could not read raises JudgeError and is not parsed), the edits proposed, the edits no validator
 problem names (`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review
@@ -14,7 +16,6 @@ Calls, tokens and seconds are the reviser's own `usage()` over the call.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Sequence
 
@@ -23,35 +24,9 @@ from reviser_bundles import ReviserBundle
 from pats.errors import JudgeError
 from pats.protocols import TokenCounter
 from pats.review import check_edits
+from pats.scaffold.problems import CITATION_RULES, named_edits, rule_of
 from pats.scaffold.validate import texts_after
 from pats.types import Edit, LLMUsage, Record
-
-# The validator's messages, by the rule that wrote them (pats/scaffold/validate.py): the first pattern
-# a problem matches names it.
-RULES: tuple[tuple[str, str], ...] = (
-    ("unknown_card", "cites unknown card"),
-    ("too_few_citations", r"distinct card\(s\); cite at least"),
-    ("prune_only_deletes", "PRUNE only deletes"),
-    ("compress_add_alone", "COMPRESS adds only beside"),
-    ("compress_not_smaller", "COMPRESS must lower the total"),
-    ("compress_removal_off", r"edit set \(COMPRESS\): removal is off"),
-    ("mode_add_budget", r"ADDs; \w+ accepts at most"),
-    ("removal_off", "removal is off"),
-    ("mode_no_delete", "does not delete"),
-    ("scope_outside_type", "is not one of this type's"),
-    ("bad_scope", "is not 'general', 'type:"),
-    ("plan_not_task_scoped", "a plan belongs to one task"),
-    ("unknown_entry", "no entry '"),
-    ("entry_outside_type", "not this type's; edit only entries"),
-    ("entry_edited_twice", "is already edited by edit"),
-    ("empty_text", "text is empty"),
-    ("near_duplicate", "near-duplicate"),
-    ("task_plans_off", "task_plans is false"),
-    ("grow_add_only", "mode grow only adds"),
-    ("not_an_edit", "is not an ADD, UPDATE or DELETE"),
-)
-CITATION_RULES = frozenset({"unknown_card", "too_few_citations"})
-EDIT_INDEX = re.compile(r"^edits? ([\d, ]+)")
 
 
 class BundleScore(Record):
@@ -59,7 +34,10 @@ class BundleScore(Record):
     environment: str
     task_type: str
     mode: str
+    split: str = "heldout"
     parsed: bool
+    answers: int = 0  # answers the program gave (the first, and one more if the first was refused)
+    valid_after_retry: bool = False  # the last answer's set was accepted (the review would apply it)
     error: str = ""  # why not parsed: the reviser's JudgeError, first line
     proposed: int = 0
     valid_edits: int = 0  # edits no validator problem names
@@ -74,16 +52,6 @@ class BundleScore(Record):
     calls: int = 0
     llm_tokens: int = 0  # prompt + completion, as the server reported them
     seconds: float = 0.0
-
-
-def rule_of(problem: str) -> str:
-    return next((name for name, pattern in RULES if re.search(pattern, problem)), "other")
-
-
-def named_edits(problem: str) -> set[int]:
-    """The indices of the edits a problem names ('edit 2 (...)', 'edits 0, 1: ...'); none for a set's."""
-    m = EDIT_INDEX.match(problem)
-    return {int(i) for i in m.group(1).replace(",", " ").split()} if m else set()
 
 
 def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> dict:
@@ -107,8 +75,18 @@ def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> 
     }
 
 
+def bundle_check(bundle: ReviserBundle, count: TokenCounter):
+    """The review's check of an edit set under the bundle's run settings, as a reviser's `check`."""
+
+    def check(edits, assessment, entries, cards) -> list[str]:
+        return check_edits(bundle.scaffold, edits, assessment, entries, cards, count)
+
+    return check
+
+
 def score(bundle: ReviserBundle, reviser, count: TokenCounter) -> BundleScore:
-    """One call of `reviser` (LLMReviser or RulesReviser) on the bundle, checked and counted."""
+    """The reviser (LLMReviser or RulesReviser) on the bundle, as the review asks it, checked and
+    counted: the first answer in full, the last one's acceptance beside it."""
     usage = getattr(reviser, "usage", lambda: LLMUsage())
     before, started = usage(), time.perf_counter()
     head = {
@@ -116,10 +94,22 @@ def score(bundle: ReviserBundle, reviser, count: TokenCounter) -> BundleScore:
         "environment": bundle.environment,
         "task_type": bundle.task_type,
         "mode": bundle.assessment.mode.value,
+        "split": bundle.split,
     }
+    args = (bundle.step, bundle.assessment, bundle.cards, bundle.entries)
     try:
-        edits = asyncio.run(reviser.revise(bundle.step, bundle.assessment, bundle.cards, bundle.entries))
-        fields = {"parsed": True, **check(bundle, edits, count)}
+        if getattr(reviser, "check", None) is not None:
+            refinement = asyncio.run(reviser.refine(*args))
+            first, answers, last_ok = (
+                list(refinement.attempts[0].edits),
+                len(refinement.attempts),
+                refinement.accepted,
+            )
+        else:
+            first = asyncio.run(reviser.revise(*args))
+            answers, last_ok = 1, None
+        fields = {"parsed": True, **check(bundle, first, count), "answers": answers}
+        fields["valid_after_retry"] = fields["set_valid"] if last_ok is None else last_ok
     except JudgeError as err:
         tokens = sum(count(e.text) for e in bundle.entries)
         fields = {

@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from reviser import llm_reviser, rules_reviser, summary  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
-from reviser_score import named_edits, rule_of, score  # noqa: E402
+from reviser_score import score  # noqa: E402
 
+from pats.scaffold.problems import named_edits, rule_of
 from pats.testing import ScriptedOpenAIServer  # noqa: E402
 from pats.types import EvidenceCard, ScaffoldEntry  # noqa: E402
 
@@ -104,3 +105,27 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
         2,
         1,
     )
+
+
+def test_the_oracle_answer_passes_schema_parser_and_validator_on_every_bundle(bundles):
+    from reviser_checks import oracle_row
+
+    rows = [oracle_row(b, words) for b in bundles]
+    assert all(r["passes"] for r in rows), [
+        (r["bundle"], r["schema_accepts"], r["problems"]) for r in rows if not r["passes"]
+    ]
+    assert sum(r["edits"] for r in rows) > 0, "the oracle answers with edits, not only empty sets"
+
+
+def test_every_validator_rule_refuses_the_answer_that_breaks_it(bundles):
+    from reviser_checks import PERTURBATIONS, STORE_ONLY, perturbation_rows
+
+    from pats.scaffold.problems import RULES
+
+    base = next(b for b in bundles if b.entries)
+    rows = perturbation_rows(base, words)
+    assert {r["rule"] for r in rows} == {name for name, _ in RULES} == set(PERTURBATIONS) | set(STORE_ONLY)
+    assert all(r["refused"] and r["by_its_rule"] for r in rows), [r for r in rows if not r["by_its_rule"]]
+    schema = {r["rule"]: r["schema_refuses"] for r in rows}
+    assert schema["unknown_card"] and schema["too_few_citations"], "the schema says these two already"
+    assert schema["near_duplicate"] is False, "no schema says near-duplicates: the validator does"
