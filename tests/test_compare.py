@@ -159,3 +159,36 @@ def test_the_engine_keeps_each_held_out_games_outcomes(repo, tmp_path):
         assert sum(pooled) / len(pooled) == e.metrics["eval/success"]
         assert sorted(e.outcomes_with_scaffold) == sorted(e.outcomes)
     assert read_run(run_dir).heldout == evals[-1].outcomes
+
+
+def test_a_pats_eval_of_the_final_checkpoint_replaces_the_last_training_evaluation(
+    repo, tmp_path, monkeypatch
+):
+    from pats.engine import evaluate
+    from pats.engine.run import run_spec
+    from pats.testing import FakeEnv, ScriptedBackend, improving_schedule
+    from pats.testing.sweep import scripted_trainers
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=2", "eval.at_start=false", "eval.gap_tasks=0", "logging.wandb=disabled",
+         "logging.progress=false", f"logging.root={tmp_path}"],
+    )  # fmt: skip
+    run_dir = run_spec(spec, scripted_trainers())
+    assert read_run(run_dir).heldout_source == "training" and len(read_run(run_dir).heldout) == 4
+    monkeypatch.setattr(
+        evaluate, "make_env_factory", lambda s: lambda: FakeEnv(num_tasks=s.environment.num_eval_tasks)
+    )
+    monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
+    evaluate.evaluate_run(
+        run_dir, num_tasks=12, with_scaffold=True, say=lambda line: None
+    )  # 12 > the spec's 8
+    played = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(run_dir, "eval").read_text())
+    assert (played.checkpoint_step, len(played.outcomes), len(played.outcomes_with_scaffold)) == (1, 12, 12)
+    record = read_run(run_dir)
+    assert (record.heldout, record.heldout_source, record.eval_step) == (played.outcomes, "pats eval", 1)
+    assert any("from `pats eval`" in n for n in compare([record]).notes)
+    # an evaluation of an older checkpoint than the run's latest is not the run's result: left out
+    stale = played.model_copy(update={"checkpoint_step": 0})
+    evaluate.outcomes_path(run_dir, "eval").write_text(stale.model_dump_json())
+    assert read_run(run_dir).heldout_source == "training"

@@ -4,7 +4,8 @@ event log alone (a finished run, a crashed one, or one still going).
 A run's condition is its spec's name without the `-s<seed>` that `pats sweep` appends, so the cells of
 a sweep, and runs named that way by hand, group by condition. Held-out outcomes are the per-game
 successes of the run's last evaluation (the checkpoint after its last evaluated step), without and
-with the scaffold.
+with the scaffold; or, when `pats eval` measured the run's latest checkpoint since (a larger held-out
+set, say), its `report/outcomes_eval.json`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RunRecord:
     eval_step: int | None  # the step whose checkpoint the last evaluation measured (None: never evaluated)
     heldout: Outcomes  # without the scaffold
     heldout_with_scaffold: Outcomes
+    heldout_source: str  # "training" (the last eval event) or "pats eval" (report/outcomes_eval.json)
     train_success: float  # mean over the steps done
     informative_fraction: float
     prompt_tokens: float  # per rollout, mean over steps
@@ -67,6 +69,13 @@ def read_run(run_dir: Path) -> RunRecord:
     def total(key: str) -> int:
         return int(sum(m.get(key, 0.0) for _, m in steps))
 
+    heldout = dict(last.outcomes) if last else {}
+    with_scaffold = dict(last.outcomes_with_scaffold) if last else {}
+    source, eval_step = "training", last.step if last else None
+    played = _pats_eval(run_dir)
+    if played is not None and (eval_step is None or played.checkpoint_step >= eval_step):
+        heldout, with_scaffold = dict(played.outcomes), dict(played.outcomes_with_scaffold)
+        source, eval_step = "pats eval", played.checkpoint_step
     final = steps[-1][1] if steps else {}
     curves = {k: tuple((s, m[k]) for s, m in steps if k in m) for k in CURVES}
     curves |= {k: tuple((e.step, e.metrics[k]) for e in evals if k in e.metrics) for k in EVAL_CURVES}
@@ -77,9 +86,10 @@ def read_run(run_dir: Path) -> RunRecord:
         scaffold_mode=spec.scaffold.mode,
         steps_planned=spec.trainer.steps,
         steps_done=len(steps),
-        eval_step=last.step if last else None,
-        heldout=dict(last.outcomes) if last else {},
-        heldout_with_scaffold=dict(last.outcomes_with_scaffold) if last else {},
+        eval_step=eval_step,
+        heldout=heldout,
+        heldout_with_scaffold=with_scaffold,
+        heldout_source=source,
         train_success=mean("train/success"),
         informative_fraction=mean("train/informative_fraction"),
         prompt_tokens=mean("train/prompt_tokens"),
@@ -89,6 +99,19 @@ def read_run(run_dir: Path) -> RunRecord:
         removals=total("edits/DELETE"),
         curves={k: v for k, v in curves.items() if v},
     )
+
+
+def _pats_eval(run_dir: Path):
+    """`pats eval`'s outcomes of the held-out split when they measured the run's latest checkpoint."""
+    from pats.engine.evaluate import EvalOutcomes, outcomes_path
+    from pats.engine.run import latest_checkpoint
+
+    path = outcomes_path(run_dir, "eval")
+    state = latest_checkpoint(run_dir)
+    if not path.is_file() or state is None:
+        return None
+    played = EvalOutcomes.model_validate_json(path.read_text(encoding="utf-8"))
+    return played if played.checkpoint_step == state.step else None
 
 
 def run_dirs(paths: Sequence[str | Path]) -> list[Path]:

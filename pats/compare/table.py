@@ -137,6 +137,9 @@ def compare(records: Sequence[RunRecord], baseline: str | None = None, draws: in
                 notes.append(
                     f"{r.run_dir.name}: no held-out evaluation with per-game outcomes; left out of the intervals."
                 )
+    by_eval = [r.run_dir.name for runs in groups.values() for r in runs if r.heldout_source == "pats eval"]
+    if by_eval:
+        notes.append(f"Held-out outcomes from `pats eval` (report/outcomes_eval.json): {', '.join(by_eval)}.")
     evaluated = {r.eval_step for runs in groups.values() for r in runs if r.heldout}
     if len(evaluated) > 1:
         notes.append(f"The runs' last evaluations measured different steps' checkpoints: {sorted(s for s in evaluated if s is not None)}.")  # fmt: skip

@@ -2,7 +2,8 @@
 
 The tasks are played in batches of `trainer.tasks_per_step` (the training step's width), and a line is
 printed after each batch, so a long evaluation shows where it is wherever its output goes; the metrics
-go to `report/eval_<split>.json` (`eval_path`).
+go to `report/eval_<split>.json` (`eval_path`), each game's outcomes to `report/outcomes_<split>.json`
+(`outcomes_path`, read by `pats compare`).
 
 `play_heldout` is the one held-out evaluation: `pats eval` plays it on a run's checkpoint, and the
 benchmarks (bench/common.py `heldout`) on a checkpoint or the untrained policy, keeping per-task outcomes.
@@ -22,15 +23,30 @@ from typing import Any
 from pats.engine.run import Checkpoint, load_run, make_backend, make_env_factory
 from pats.errors import PrerequisiteError, SpecError
 from pats.fileio import write_atomic
-from pats.metrics import rollout_metrics
+from pats.metrics import rollout_metrics, task_outcomes
 from pats.protocols import PolicyBackend
 from pats.spec import ExperimentSpec
-from pats.types import EMPTY_VIEW, Rollout, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, Record, Rollout, ScaffoldView, Task
 
 
 def eval_path(run_dir: Path, split: str) -> Path:
     """Where `pats eval` writes the metrics of `split`."""
     return run_dir / "report" / f"eval_{split}.json"
+
+
+def outcomes_path(run_dir: Path, split: str) -> Path:
+    """Where `pats eval` writes each game's outcomes of `split` (an `EvalOutcomes`)."""
+    return run_dir / "report" / f"outcomes_{split}.json"
+
+
+class EvalOutcomes(Record):
+    """Each game's outcomes (1.0 won, 0.0 not) of one `pats eval`: `pats compare` takes them in place of
+    the run's last evaluation during training when they measured the run's final checkpoint."""
+
+    checkpoint_step: int
+    split: str
+    outcomes: dict[str, tuple[float, ...]]  # without the scaffold
+    outcomes_with_scaffold: dict[str, tuple[float, ...]] = {}
 
 
 def _say(line: str) -> None:
@@ -150,6 +166,14 @@ async def _evaluate(
     metrics["eval/checkpoint_step"] = float(state.step)
     (run_dir / "report").mkdir(exist_ok=True)
     write_atomic(eval_path(run_dir, split), json.dumps(metrics, indent=1))
+    scaffolded = task_outcomes(held.scaffolded) if held.scaffolded is not None else {}
+    by_game = EvalOutcomes(
+        checkpoint_step=state.step,
+        split=split,
+        outcomes={k: tuple(v) for k, v in task_outcomes(held.bare).items()},
+        outcomes_with_scaffold={k: tuple(v) for k, v in scaffolded.items()},
+    )
+    write_atomic(outcomes_path(run_dir, split), by_game.model_dump_json(indent=1))
     return metrics
 
 
