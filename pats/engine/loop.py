@@ -106,8 +106,10 @@ class Engine:
         bare = await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks))
         metrics = rollout_metrics(bare, "eval")
         outcomes = {"outcomes": task_outcomes(bare)}  # by game, for `pats compare`
-        if self.spec.eval.with_scaffold and self.scaffold.store is not None:
-            views = [self.scaffold.view(t) for t in self.eval_tasks]
+        wanted = self.spec.eval.with_scaffold and self.scaffold.store is not None
+        views = [self.scaffold.view(t) for t in self.eval_tasks] if wanted else []
+        # An empty scaffold (before the first edit) leaves every prompt the bare one: nothing to measure.
+        if views and not all(v.empty for v in views):
             scaffolded = await self.backend.evaluate(self.eval_tasks, views)
             with_scaffold = rollout_metrics(scaffolded, "eval_with_scaffold")
             outcomes["outcomes_with_scaffold"] = task_outcomes(scaffolded)
