@@ -69,11 +69,12 @@ def record(run_dir: Path, source: str = "", split: str = "heldout") -> list[Revi
     bundles = []
     for a in read_events(events, AssessmentEvent):
         step, task_type = a.step, a.assessment.task_type
-        # The version current at the review: the last one committed before this step (a step's edits
-        # become a version stamped with that step); the groups' pinned hash must agree ("" is a view
-        # with nothing in it).
-        version = [v for v in versions if v.number == 0 or v.step < step][-1]
+        # The version current at the review: the one the step's groups were pinned to, else ("" is a
+        # view with nothing in it) the last one committed before this step (a step's edits become a
+        # version stamped with that step; an initial bank is a version stamped step 0 before any).
         pinned = {g.version for e in groups if e.step == step for g in e.groups if g.type == task_type}
+        named = [v for v in versions if v.hash in pinned]
+        version = named[-1] if named else [v for v in versions if v.number == 0 or v.step < step][-1]
         if pinned - {"", version.hash}:
             raise ValueError(
                 f"{run_dir}: step {step} {task_type}: groups pinned {pinned}, not {version.hash}"
