@@ -75,6 +75,18 @@ def test_a_cpu_build_of_torch_is_refused_with_the_cuda_build_to_install(tmp_path
     said = refusal(config_for(tmp_path))
     assert "torch 2.11.0 is a CPU build" in said
     assert 'pip uninstall -y torch && pip install "verl[vllm]==0.9.1"' in said
+    assert "the install route for driver 580.65.06 is cuda13" in said
+    node(driver="570.86.10")
+    assert "the install route for driver 570.86.10 is cuda12" in refusal(config_for(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("driver", "route"),
+    [("580.65.06", "cuda13"), ("575.51.03", "cuda12"), ("535.230.02", "cuda12"), ("520.61.05", None)],
+)
+def test_each_driver_gets_the_newest_route_it_runs(driver, route):
+    found = preflight.route_for(driver)
+    assert (found[0] if found else None) == route
 
 
 def test_a_driver_too_old_for_torchs_cuda_is_refused_with_both_versions(tmp_path, node):
@@ -82,6 +94,11 @@ def test_a_driver_too_old_for_torchs_cuda_is_refused_with_both_versions(tmp_path
     node(available=False, driver="550.54.15")
     said = refusal(config)
     assert "built for CUDA 13.0, which needs an NVIDIA driver >= 580" in said and "550.54.15" in said
+    # The fix names the install route the driver runs: R535/R550/R570 get the CUDA 12 one, whole.
+    assert "the install route for driver 550.54.15 is cuda12" in said
+    assert "vllm==0.19.1 torch==2.10.0" in said and "transformers==5.9.0" in said
+    node(driver="470.239.06")
+    assert "update the NVIDIA driver" in refusal(config)
     node(driver=None)
     assert "no NVIDIA driver answers here" in refusal(config)
     node(driver="580.65.06")  # a driver new enough, and still no GPU: what to look at

@@ -48,6 +48,39 @@ FLASH_ATTN_ON = (
 )
 # The oldest Linux driver each CUDA major version of torch runs on (NVIDIA's minor-version compatibility).
 MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+# The two install routes docs/verl.md gives (scripts/verl-install-dry-run ROUTE resolves each), by the
+# CUDA major version their torch is built for. cuda13: verl's own vllm extra (vLLM 0.24, torch 2.11 for
+# CUDA 13 from PyPI). cuda12: the newest vLLM whose torch has a CUDA 12 build on PyPI and that accepts
+# verl 0.9.1's transformers (>=5.5.3,<5.11): vLLM 0.19.1 with torch 2.10.0 (CUDA 12.8); verl 0.9.1's
+# vLLM server keeps code paths for vLLM < 0.20 and < 0.22. Neither route has run on a GPU here.
+ROUTES = {
+    13: ("cuda13", f'pip install "verl[vllm]=={VERL_VERSION}"'),
+    12: (
+        "cuda12",
+        f'pip install "verl[verl-core]=={VERL_VERSION}" vllm==0.19.1 torch==2.10.0 torchvision==0.25.0 '
+        "torchaudio==2.10.0 transformers==5.9.0",
+    ),
+}
+
+
+def route_for(driver: str | None) -> tuple[str, str] | None:
+    """(name, install command) of the newest route the driver runs, or None (no driver, or too old)."""
+    if driver is None:
+        return None
+    major = int(driver.split(".")[0])
+    fits = [cuda for cuda in sorted(ROUTES, reverse=True) if major >= MIN_DRIVER[cuda]]
+    return ROUTES[fits[0]] if fits else None
+
+
+def route_advice(driver: str | None) -> str:
+    route = route_for(driver)
+    if route is None:
+        return (
+            "no install route pats gives runs on this driver (CUDA 12 needs >= 525, CUDA 13 >= 580): "
+            "update the NVIDIA driver"
+        )
+    name, command = route
+    return f"the install route for driver {driver} is {name} (docs/verl.md, Install): `{command}`"
 
 
 def engine_install(engine: str) -> str:
@@ -71,6 +104,11 @@ class Needs:
         out = [
             f"verl {VERL_VERSION} with {self.engine}, the rollout engine, and the CUDA build of torch it pins "
             f"(`{engine_install(self.engine)}`), which the node's NVIDIA driver must run"
+            + (
+                f" (CUDA 13, a driver >= 580; with a driver 525-579 the cuda12 route: `{ROUTES[12][1]}`)"
+                if self.engine == "vllm"
+                else ""
+            )
         ]
         if self.attn_implementation == AUTO_ATTN:
             out.append(
@@ -159,10 +197,12 @@ def torch_problem(engine: str = "vllm") -> str | None:
     if available:
         return None
     if cuda is None:
+        driver = driver_version()
+        where = route_advice(driver) if driver is not None else "nvidia-smi finds no driver here"
         return (
             f"torch {torch_version} is a CPU build and verl trains on NVIDIA GPUs: install the CUDA build "
             f"that verl's rollout engine pins (`pip uninstall -y torch && {engine_install(engine)}`: torch "
-            "2.11.0 for CUDA 13 from PyPI, on Linux)"
+            f"2.11.0 for CUDA 13 from PyPI, on Linux; a driver older than 580 needs the cuda12 route); {where}"
         )
     major = int(cuda.split(".")[0])
     need = MIN_DRIVER.get(major)
@@ -174,7 +214,8 @@ def torch_problem(engine: str = "vllm") -> str | None:
     if need is not None and (driver is None or int(driver.split(".")[0]) < need):
         return (
             f"torch {torch_version} is built for CUDA {cuda}, which needs an NVIDIA driver >= {need}, and "
-            f"{found}: update the driver, or install a torch built for an older CUDA that it runs"
+            f"{found}: update the driver, or install the route of an older CUDA, torch and vLLM together "
+            f"(a torch alone would not match vLLM's build); {route_advice(driver)}"
         )
     return (
         f"torch {torch_version} (CUDA {cuda}) sees no GPU and {found}: check CUDA_VISIBLE_DEVICES and "
