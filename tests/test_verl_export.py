@@ -88,7 +88,11 @@ def test_a_moved_bundle_loads_its_spec_and_finds_the_copied_files(tmp_path):
     assert (moved / "files" / "rubric" / "twx.yaml").read_text() == (REPO / "judges" / "twx.yaml").read_text()
     assert "initial_bank: files/initial_bank/my_bank.json" in (moved / "spec.yaml").read_text()
     assert (moved / "train.parquet").is_file() and (moved / "val.parquet").is_file()
-    assert "copy of" in (moved / "README.md").read_text()
+    readme = (moved / "README.md").read_text()
+    assert "copy of" in readme
+    # The llm judge's key and the run's variables: named, from the launching shell, never in a file.
+    assert "HF_TOKEN, HUGGING_FACE_HUB_TOKEN" in readme and "WANDB_API_KEY" in readme
+    assert "OPENAI_API_KEY" in readme and "never to a file" in readme
 
 
 def test_the_ray_runtime_env_carries_the_data_variables(tmp_path, monkeypatch):

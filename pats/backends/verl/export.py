@@ -257,11 +257,15 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
         f"- Variables the workers get through Ray's runtime env when set: {', '.join(WORKER_ENV)}; "
         f"launch.sh's defaults (from the exporting machine; the launching shell's values win): {env}.",
     ]
-    if spec.judge.kind == "llm" and spec.judge.llm.api_key_env:
-        lines.append(
-            f"- `{spec.judge.llm.api_key_env}` in the environment of `ray start` on the head node (the "
-            "scaffold service runs the judge there; keys never go into the config)."
-        )
+    from pats.backends.verl.cluster import RUN_ENV
+    from pats.llm_check import called_llms
+
+    keys = sorted({llm.api_key_env for _, llm in called_llms(spec) if llm.api_key_env})
+    lines.append(
+        f"- Set in the shell that runs launch.sh when the run needs them: {', '.join([*RUN_ENV, *keys])}. "
+        "launch.sh hands them to the Ray job's runtime env (pats.backends.verl.cluster), never to a file "
+        "or the config."
+    )
     return "\n".join(lines) + "\n"
 
 
