@@ -44,7 +44,7 @@ def test_the_untrained_policy_beside_the_trained_one_and_what_3_steps_cannot_sho
     )
     assert second == (
         "What 3 steps can show: that every stage ran (rollouts, evidence cards, scaffold edits, policy "
-        "updates, held-out play). What they cannot: whether training changed held-out success: the "
+        "updates, held-out play). What 3 steps cannot: whether training changed held-out success: the "
         "difference's interval holds 0 on 8 games of one seed."
     )
 
@@ -52,6 +52,17 @@ def test_the_untrained_policy_beside_the_trained_one_and_what_3_steps_cannot_sho
 def test_a_difference_that_excludes_0_still_speaks_for_one_seed_only(tmp_path, repo):
     spec, run_dir = run_with(tmp_path, repo, games([0] * 8), games([4] * 8))
     assert "that another seed would move the same way" in heldout_summary(spec, run_dir)[1]
+
+
+def test_evaluations_that_ended_the_same_way_say_their_interval_says_nothing(tmp_path, repo):
+    spec, run_dir = run_with(tmp_path, repo, games([0, 0]), games([0, 0]), steps=1)
+    first, second = heldout_summary(spec, run_dir)
+    assert "difference +0.000 [+0.000, +0.000]" in first
+    assert second.startswith("What 1 step can show: that every stage ran")
+    assert (
+        "What 1 step cannot: whether training changed held-out success: every game ended the same way"
+        in second
+    )
 
 
 def test_without_an_evaluation_before_training_it_says_how_to_get_one(tmp_path, repo):

@@ -23,6 +23,10 @@ def _how(spec: ExperimentSpec) -> str:
     return f"{ev.samples_per_task} episode{'s' if ev.samples_per_task > 1 else ''} per game, {drawn}"
 
 
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
 def heldout_summary(spec: ExperimentSpec, run_dir: Path) -> list[str]:
     """The summary lines, or none when the run has no evaluation with per-game outcomes."""
     path = run_dir / "events.jsonl"
@@ -41,7 +45,8 @@ def heldout_summary(spec: ExperimentSpec, run_dir: Path) -> list[str]:
     if start is None:
         lines[0] += f" after step {last.step} {rate.fmt()}"
         lines.append(
-            f"What {steps} steps can show: that every stage ran. What they cannot: whether training changed "
+            f"What {_steps(steps)} can show: that every stage ran. What {_steps(steps)} cannot: whether "
+            "training changed "
             "held-out success, since there is no evaluation of the untrained policy to compare with "
             "(eval.at_start: true adds one)."
         )
@@ -52,7 +57,12 @@ def heldout_summary(spec: ExperimentSpec, run_dir: Path) -> list[str]:
         f" untrained {before.fmt()}, after step {last.step} {rate.fmt()}; difference {diff.fmt(signed=True)} "
         "(95%, bootstrap over games)"
     )
-    if diff.lo <= 0.0 <= diff.hi:
+    if diff.lo == diff.hi == 0.0:  # both evaluations the same on every game
+        cannot = (
+            "whether training changed held-out success: every game ended the same way in both evaluations, "
+            f"so the interval has no width and says nothing ({games} games; more games or episodes per game)"
+        )
+    elif diff.lo <= 0.0 <= diff.hi:
         cannot = (
             f"whether training changed held-out success: the difference's interval holds 0 on {games} games "
             "of one seed"
@@ -63,7 +73,7 @@ def heldout_summary(spec: ExperimentSpec, run_dir: Path) -> list[str]:
             "for this seed only (pats sweep --seeds 0-3, then pats compare)"
         )
     lines.append(
-        f"What {steps} steps can show: that every stage ran (rollouts, evidence cards, scaffold edits, "
-        f"policy updates, held-out play). What they cannot: {cannot}."
+        f"What {_steps(steps)} can show: that every stage ran (rollouts, evidence cards, scaffold edits, "
+        f"policy updates, held-out play). What {_steps(steps)} cannot: {cannot}."
     )
     return lines
