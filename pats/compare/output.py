@@ -34,7 +34,7 @@ def _difference(d: Difference | None) -> str:
 
 def markdown(c: Comparison) -> str:
     lines = [
-        f"# Comparison of {len(c.rows)} conditions",
+        f"# Comparison of {len(c.rows)} condition{'' if len(c.rows) == 1 else 's'}",
         "",
         "| condition | scaffold | seeds | steps | held-out games | held-out success, no scaffold | with scaffold "
         "| reliance gap (with - without) | train success | informative groups | prompt tokens "
