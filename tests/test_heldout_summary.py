@@ -1,12 +1,9 @@
 """The lines a run ends with: held-out success of the untrained policy beside the last checkpoint's on
-the same games, and what the run can and cannot show, read from the difference's interval; and the
-local policy's evaluation stream, the same draws at every evaluation and none taken from training."""
+the same games, and what the run can and cannot show, read from the difference's interval."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from pats.engine.summary import heldout_summary
 from pats.logging.events import EventLog
@@ -71,29 +68,3 @@ def test_without_an_evaluation_before_training_it_says_how_to_get_one(tmp_path, 
     assert first.endswith(f"after step 2 {hierarchical_rate({0: games([1, 0])}).fmt()}")
     assert "eval.at_start: true adds one" in second
     assert heldout_summary(spec, tmp_path / "nowhere") == []
-
-
-@pytest.mark.slow
-def test_evaluations_draw_the_same_numbers_and_leave_the_training_stream_alone():
-    import torch
-
-    from pats.backends.local import LocalPolicy
-    from pats.spec.models import LocalTrainerSpec, LoraSpec, PolicySpec
-
-    threads = torch.get_num_threads()
-    try:
-        policy = LocalPolicy(
-            PolicySpec(action="score", lora=LoraSpec(rank=4, alpha=8)), LocalTrainerSpec(threads=1), 0
-        )
-        prompt = policy.chat_ids("You play a text game. Answer with one action.", "You are in a kitchen.")
-        actions = ["open fridge", "go north", "look", "inventory", "take apple"]
-        training = policy.generator.get_state()
-        with policy.sampling_from(3):
-            first = [policy.choose(prompt, actions, greedy=False)[0] for _ in range(12)]
-        assert torch.equal(policy.generator.get_state(), training)  # the training stream is untouched
-        policy.choose(prompt, actions, greedy=False)  # training draws in between
-        with policy.sampling_from(3):
-            assert [policy.choose(prompt, actions, greedy=False)[0] for _ in range(12)] == first
-        assert len(set(first)) > 1  # sampled, not a constant
-    finally:
-        torch.set_num_threads(threads)

@@ -104,8 +104,7 @@ class LocalBackend:
     async def evaluate(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]:
         n = self.spec.eval.samples_per_task
         episodes = [(f"eval-{t.id}-{k}", t, v) for t, v in zip(tasks, views, strict=True) for k in range(n)]
-        with self.policy.sampling_from(self.spec.seed):  # the same draws at every evaluation
-            seats = await self.play(episodes, greedy=self.spec.eval.greedy)
+        seats = await self.play(episodes, greedy=self.spec.eval.greedy)
         return [s.episode.record(scaffolded=not s.episode.view.empty) for s in seats]
 
     def save(self, directory: Path) -> None:

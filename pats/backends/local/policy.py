@@ -189,18 +189,6 @@ class LocalPolicy:
         return frozen_in_bf16(self.model) if self.autocast else nullcontext()
 
     @contextmanager
-    def sampling_from(self, seed: int) -> Iterator[None]:
-        """Sample from a fresh stream of `seed` inside, and leave the training stream as it was: an
-        evaluation then draws the same random numbers at every checkpoint (the untrained policy's
-        and the trained one's differ by the policy, not by the draws) and takes none from training."""
-        state = self.generator.get_state()
-        self.generator.manual_seed(seed)
-        try:
-            yield
-        finally:
-            self.generator.set_state(state)
-
-    @contextmanager
     def acting_context(self) -> Iterator[None]:
         """Autocast for passes without gradients, on bf16 copies of the frozen weights."""
         with self.autocast_context(), self.bf16_weights():
