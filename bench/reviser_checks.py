@@ -101,8 +101,7 @@ def _prompt():
 def _settings(bundle: ReviserBundle):
     from pats.reviser.llm import ReviserSettings
 
-    sc = bundle.scaffold
-    return ReviserSettings(sc.min_citations, sc.removes, bundle.add_only, sc.task_plans)
+    return ReviserSettings.of(bundle.scaffold)
 
 
 # -- perturbations ----------------------------------------------------------------------------------------

@@ -62,26 +62,13 @@ def build_judge(spec: ExperimentSpec):
     return JUDGE_BUILDERS[spec.judge.kind](spec)
 
 
-def build_rules_reviser(spec: ExperimentSpec):
-    """The offline rules reviser under the spec's scaffold settings (every run's fallback)."""
-    from pats.reviser import RulesReviser
-
-    sc = spec.scaffold
-    assert sc.mode == "grow" or sc.mode == "pats", "only a scaffold that reviews has revisers"
-    return RulesReviser(
-        removal=sc.removes,
-        min_citations=sc.min_citations,
-        mode_of_scaffold=sc.mode,
-        budget=sc.budget,
-        task_plans=sc.task_plans,
-    )
-
-
 def build_revisers(spec: ExperimentSpec, count_tokens: TokenCounter | None = None):
     """(reviser, fallback): the fallback is always the offline rules reviser. `count_tokens` (the
     policy's tokenizer) gives an LLM reviser the review's own check, which its program asks again with."""
     sc = spec.scaffold
-    rules = build_rules_reviser(spec)
+    from pats.reviser import RulesReviser
+
+    rules = RulesReviser.for_scaffold(sc)
     check = None
     if count_tokens is not None:
         counter = count_tokens

@@ -69,7 +69,6 @@ FAULT_KINDS = ("timeout", "rate_limit", "server_error", "connection", "malformed
 MAX_WAIT_S = 60.0  # cap on one backoff or Retry-After wait
 _KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-]{3,}")
 PROBE_PREFIX = "pats structured-output probe:"  # how a test server tells the probe from other requests
-PROBE_MAX_TOKENS = 256  # room for the smallest answer of a caller's own schema
 
 
 class Probe(NamedTuple):
@@ -399,11 +398,11 @@ def structured_decision(llm: LLMSpec) -> bool | None:
     return _STRUCTURED.get(_endpoint(llm))
 
 
-def _ask_probe(probe: Probe) -> Any:
+def _ask_probe(probe: Probe, max_tokens: int) -> Any:
     import dspy
 
     return dspy.settings.lm(
-        probe.prompt, max_tokens=PROBE_MAX_TOKENS, response_format=response_format(probe.name, probe.schema)
+        probe.prompt, max_tokens=max_tokens, response_format=response_format(probe.name, probe.schema)
     )
 
 
@@ -424,7 +423,9 @@ async def probe_structured(caller: LLMCaller, path: str = "") -> bool:
     request is one of the caller's calls (seconds, tokens), never retried, never a fault: a server that
     refuses the schema has answered the question."""
     llm, probe = caller.spec, caller.probe
-    outputs, error = await caller.attempt(functools.partial(_ask_probe, probe))
+    # As much room as a real call has: a model under the grammar may write a whole edit set instead of
+    # the empty one asked for, and an answer cut short would read as a schema not kept.
+    outputs, error = await caller.attempt(functools.partial(_ask_probe, probe, llm.max_tokens))
     if error is not None:
         detail = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         why = f"the server refused the request with {probe.name}'s schema: {mask_secrets(detail, [llm.api_key_env])}"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import warnings
 from pathlib import Path
 
+from pats.cli.args import _split_args
 from pats.errors import PatsError, SpecError, SpecNotice
 
 EPILOG = """examples:
@@ -21,17 +21,6 @@ EPILOG = """examples:
   pats show experiments/quickstart.yaml trainer.steps=3 scaffold.mode=none
   pats schema --check
 overrides are dotted keys, e.g. trainer.steps=20 reviser.kind=llm reviser.llm.model=openai/gpt-4o-mini"""
-
-
-OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")  # a dotted key, then the value (which may name a .yaml file)
-
-
-def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
-    """Spec files and `key=value` overrides may be given in any order; an existing file is a spec even
-    if its name has an `=`."""
-    specs = [i for i in items if not OVERRIDE.match(i) or Path(i).is_file()]
-    overrides = [i for i in items if i not in specs]
-    return specs, overrides
 
 
 def _validate_one(path: str, overrides: list[str]) -> str:
@@ -71,6 +60,12 @@ def _validate_one(path: str, overrides: list[str]) -> str:
         from pats.judges import load_rubric
 
         load_rubric(spec.judge.rubric, spec.environment.kind)
+    if spec.reviser.kind == "llm" and spec.reviser.program:  # a program that does not fit, now
+        from pats.reviser.compile import settings_of
+        from pats.reviser.llm import load_reviser_prompt
+        from pats.reviser.program import load_program
+
+        load_program(spec.reviser, load_reviser_prompt(), settings_of(spec))
     return (
         f"{spec.name}: {spec.environment.kind}, scaffold {spec.scaffold.mode}, {spec.trainer.backend} backend"
     )
@@ -418,11 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write (default schemas/experiment.schema.json)")
     p.set_defaults(func=cmd_schema)
 
+    from pats.cli.compile_reviser import add_compile_parser
+    from pats.cli.sweep import add_sweep_parser
     from pats.compare.command import add_compare_parser
     from pats.data.command import add_data_parser
-    from pats.sweep.command import add_sweep_parser
 
     add_data_parser(sub)
+    add_compile_parser(sub)
     add_sweep_parser(sub)
     add_compare_parser(sub)
     return parser

@@ -7,8 +7,8 @@ step's groups were pinned to), and the run's scaffold section (min_citations, re
 budget, mode) that the reviser and the validator read. `bench/reviser.py` replays bundles against any
 reviser, and `pats compile-reviser` compiles the reviser's program against the `train` split (a
 `heldout` bundle is only ever scored). `record(run_dir)` makes them from a finished run directory,
-read back through the event log's typed records (`card`, `assessment`, `groups` events) and the scaffold's version files, so a bundle is
-what the run's reviser saw, not a reconstruction of it.
+read back through the event log's typed records (`card`, `assessment`, `groups` events) and the
+scaffold's version files, so a bundle is what the run's reviser saw, not a reconstruction of it.
 
 Where it departs from the run: the store's list of pinned tasks (which task-scoped entries the type
 sees) is rebuilt from the `groups` events up to the step; evaluation pins are not logged, and they

@@ -34,8 +34,7 @@ OPTIMIZERS = ("labeled", "bootstrap")
 
 
 def settings_of(spec: ExperimentSpec) -> ReviserSettings:
-    sc = spec.scaffold
-    return ReviserSettings(sc.min_citations, sc.removes, sc.mode == "grow", sc.task_plans)
+    return ReviserSettings.of(spec.scaffold)
 
 
 def default_out(spec: ExperimentSpec) -> Path:
@@ -52,18 +51,20 @@ def demos(
     shortest prompt."""
     import dspy
 
-    from pats.build import build_rules_reviser
     from pats.review import check_edits
+    from pats.reviser.rules import RulesReviser
 
     settings = settings_of(spec)
-    rules = build_rules_reviser(spec)
+    rules = RulesReviser.for_scaffold(spec.scaffold)
     examples = []
     for b in bundles:
         edits = asyncio.run(rules.revise(b.step, b.assessment, b.cards, b.entries))
         if check_edits(spec.scaffold, edits, b.assessment, b.entries, b.cards, count):
             continue
         call = revise_call(prompt, b.assessment, b.cards, b.entries, settings)
-        answer = [e.model_dump(mode="json") for e in call.aliases.to_names(call.aliases.in_order(edits, b.entries))]
+        answer = [
+            e.model_dump(mode="json") for e in call.aliases.to_names(call.aliases.in_order(edits, b.entries))
+        ]
         examples.append(dspy.Example(**call.inputs, edits=answer).with_inputs(*INPUT_FIELDS))
     # Answers with edits first (an empty set is always valid: demos of it teach the model to say
     # nothing), then the shortest prompt (every demo is a whole review in a small model's context).
@@ -109,15 +110,15 @@ def _bootstrap(spec, train, prompt, settings, count, k: int) -> Any:
     """BootstrapFewShot against the spec's reviser LLM, keeping first answers the check accepts."""
     import dspy
 
-    from pats.build import build_rules_reviser
     from pats.lm import LLMCaller, response_format
     from pats.review import check_edits
     from pats.reviser.program import edit_metric
+    from pats.reviser.rules import RulesReviser
 
     assert spec.reviser.kind == "llm"
     caller = LLMCaller(spec.reviser.llm)
     structured = asyncio.run(caller.uses_schema())
-    rules = build_rules_reviser(spec)
+    rules = RulesReviser.for_scaffold(spec.scaffold)
     examples = []
     for b in train:
         call = revise_call(prompt, b.assessment, b.cards, b.entries, settings)

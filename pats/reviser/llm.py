@@ -1,46 +1,51 @@
-"""The LLM reviser: a DSPy program that turns one task type's review into typed scaffold edits.
+"""The LLM reviser: a DSPy program (pats.reviser.program) that turns one task type's review into typed
+scaffold edits.
 
-Inputs: the review mode and the text of its budget, the type's statistics, its evidence cards (all
-cards passed in, privileged ones included only if the caller passed them), the judge's verdicts, the
-current entries, and `feedback` (the validation errors of a refused first attempt). Output: a JSON list
-of ADD / UPDATE / DELETE edits, validated into `pats.types` records. The instructions, the edit format,
-and the budget texts are data: `judges/reviser.yaml`.
+Inputs (`revise_call`): the review mode and the text of its budget, the type's statistics, its evidence
+cards under short names (C1..Cn: privileged ones only if the caller passed them), the judge's verdicts,
+the current entries, and `feedback` (the problems of a refused answer). Output: a JSON list of ADD /
+UPDATE / DELETE edits, read into `pats.types` records with the card names mapped back to ids. The
+instructions, the edit format and the budget texts are data: `judges/reviser.yaml`.
 
-Structured output (`llm.structured`, see pats.lm): the answer's JSON schema is built per call from the
-edit records (`edit_schema`), narrowed to what the call shows: the ops and entry kinds the mode and the
-run allow, the scopes of this type (a plan only at a task scope), the ids of the entries it may edit,
-and the ids of the cards shown as the only citations, at least `min_citations` of them. A server that
-enforces the schema cannot answer with an op, scope, entry or card that is not there.
+Structured output (`llm.structured`, see pats.lm): the answer's JSON schema is built per call
+(`edit_schema`) and says every rule of the validator a schema can: the ops, kinds, scopes and entries
+this call allows, citations of the cards shown with the first `min_citations` distinct, each entry
+edited once, the mode's ADD counts. The `auto` probe sends the reviser's own schema (`reviser_probe`).
 
-It does not check budgets, citations or duplicates itself: the review (`pats.review`) validates the
-set, retries once with the errors as `feedback`, then falls back to the rules reviser. An answer
-that is not an edit list in the schema is counted as `malformed` and retried; when retries run out,
-`revise` raises JudgeError.
+Checking: `refine` (what the review calls when the reviser was built with the review's `check`) runs
+the program, which checks each answer and asks again with the problems, up to `reviser.attempts`
+answers; the review logs each refused answer and falls back to the rules reviser when the last is
+refused too. `revise` asks once (the first answer, as the benchmark scores it). An answer that is not
+an edit list is counted as `malformed` and the run retried; when retries run out, JudgeError.
 
-Where it departs from the published method: the mode's budget is stated to the LLM in words and then
-enforced by the validator, instead of trusting the LLM to keep it.
+Where it departs from the published method: the mode's budget is stated to the LLM in words and
+enforced by the schema where a schema can and by the validator everywhere, instead of trusting the LLM
+to keep it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import combinations
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
-
 from pats.lm import (
     LLMCaller,
-    MalformedAnswer,
     Probe,
     cites_schema,
     enum,
-    prompt_file,
-    read_prompt_file,
     record_schema,
     render_assessment,
     render_cards,
     render_entries,
+)
+from pats.reviser.prompt import (
+    CardAliases,
+    ReviserPrompt,
+    ReviserSettings,
+    load_reviser_prompt,
+    render_feedback,
+    render_verdicts,
 )
 from pats.scaffold.validate import MODE_BUDGETS, type_scopes
 from pats.spec.models import LLMReviserSpec
@@ -55,75 +60,13 @@ from pats.types import (
     ReviewMode,
     ScaffoldEntry,
     UpdateEdit,
-    Verdict,
 )
 
-EDIT_LIST = TypeAdapter(list[Edit])
 # The review's check of one type's edit set: (edits, assessment, entries, cards) -> problems (none: valid).
 Check = Callable[[Sequence[Edit], Assessment, Sequence[ScaffoldEntry], Sequence[EvidenceCard]], list[str]]
 # The schema's bound on an edit's text or reason: the prompt asks for at most two sentences, and a small
 # model under a schema otherwise writes until max_tokens and never reaches its citations.
 TEXT_MAX_CHARS = 300
-
-
-class ReviserPrompt(BaseModel):
-    """`judges/reviser.yaml`: the reviser's instructions, edit format and per-mode budget texts."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    instructions: str = Field(min_length=1)
-    edit_format: str = Field(min_length=1)
-    citations: str = Field(min_length=1, description="Citation rule; {min_citations} is filled in.")
-    no_removal: str = Field(min_length=1, description="Added to the budget when removal is off.")
-    add_only: str = Field(min_length=1, description="Added to the budget in grow mode (ADD only).")
-    modes: dict[ReviewMode, str]
-
-    @model_validator(mode="after")
-    def _every_mode(self):
-        missing = [m.value for m in ReviewMode if not self.modes.get(m, "").strip()]
-        if missing:
-            raise ValueError(f"modes: describe every review mode; missing {', '.join(missing)}")
-        return self
-
-    def budget(self, mode: ReviewMode, *, min_citations: int, removal: bool, add_only: bool) -> str:
-        parts = [self.modes[mode].strip()]
-        if min_citations > 0:
-            parts.append(self.citations.strip().format(min_citations=min_citations))
-        if not removal:
-            parts.append(self.no_removal.strip())
-        if add_only:
-            parts.append(self.add_only.strip())
-        return "\n".join(parts)
-
-
-def load_reviser_prompt(path: str | None = None) -> ReviserPrompt:
-    return read_prompt_file(prompt_file(path, "reviser.yaml"), ReviserPrompt)
-
-
-def render_verdicts(verdicts: Sequence[Verdict]) -> str:
-    if not verdicts:
-        return "(no verdicts)"
-    lines = []
-    for v in verdicts:
-        cites = f" (cites {', '.join(v.cites)})" if v.cites else ""
-        lines.append(f"[{v.entry_id}] {v.label}: {v.reason}{cites}")
-    return "\n".join(lines)
-
-
-def render_feedback(feedback: Sequence[str]) -> str:
-    if not feedback:
-        return "none: this is the first attempt"
-    return "Your previous edit set was refused:\n" + "\n".join(f"- {line}" for line in feedback)
-
-
-def edits_from_answer(answer: Any) -> list[Edit]:
-    """The typed edits of an answer, or MalformedAnswer naming what is wrong with its schema."""
-    try:
-        return EDIT_LIST.validate_python(answer)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False)[:5]
-        )
-        raise MalformedAnswer(f"malformed edit list: {problems}") from None
 
 
 MAX_SEQUENCES = 128  # branches of the edit-list schema (edit_schema); past it, fewer entries per set
@@ -140,6 +83,7 @@ def edit_schema(
     add_only: bool,
     task_plans: bool = True,
     card_ids: Sequence[str] | None = None,
+    task_ids: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The JSON schema of one call's answer, `{"edits": [...]}`, from AddEdit, UpdateEdit and DeleteEdit
     narrowed to this call, saying every rule of the validator a schema can:
@@ -154,9 +98,9 @@ def edit_schema(
     spaces, and (past MAX_SEQUENCES sequences) sets that edit many entries at once."""
     budget = MODE_BUDGETS[ReviewMode(mode)]
     card_ids = list(card_ids) if card_ids is not None else [c.id for c in cards]
-    task_ids = {c.task_id for c in cards} if task_plans else set()
-    scopes = sorted(type_scopes(task_type, task_ids))
-    editable = [e.id for e in entries if e.scope in type_scopes(task_type, {c.task_id for c in cards})]
+    shown_tasks = set(task_ids) if task_ids is not None else {c.task_id for c in cards}
+    scopes = sorted(type_scopes(task_type, shown_tasks if task_plans else ()))
+    editable = [e.id for e in entries if e.scope in type_scopes(task_type, shown_tasks)]
     compress_blocked = mode is ReviewMode.COMPRESS and not removal
     if min_citations > len(card_ids) or compress_blocked:  # only the empty set can be valid
         return _edits_object({"type": "array", "maxItems": 0}, {})
@@ -240,51 +184,6 @@ def _strict(required: list[str]) -> dict[str, Any]:
     return {"required": required, "additionalProperties": False}
 
 
-class CardAliases:
-    """Short names for the cards one call shows (C1..Cn, in the order shown) and back: ALFWorld card
-    ids run to ~40 tokens each, which a small model copies badly and which fill its context. The prompt
-    and the schema use the names; the answer's citations are mapped back to ids before validation, and
-    the validator's problems are told in names again when they go back as feedback."""
-
-    def __init__(self, ids: Sequence[str]):
-        self.names = [f"C{i + 1}" for i in range(len(ids))]
-        self.ids = list(ids)
-        self._to_id = dict(zip(self.names, self.ids, strict=True))
-
-    def to_ids(self, edits: Sequence[Edit]) -> list[Edit]:
-        """The edits with each cited name replaced by its card id (an unknown name stays as written,
-        for the validator to name)."""
-        return [e.model_copy(update={"cites": tuple(self._to_id.get(c, c) for c in e.cites)}) for e in edits]
-
-    def to_names(self, edits: Sequence[Edit]) -> list[Edit]:
-        """The edits with each cited card id replaced by its name (a demo's answer, as the model gives it)."""
-        to_name = dict(zip(self.ids, self.names, strict=True))
-        return [e.model_copy(update={"cites": tuple(to_name.get(c, c) for c in e.cites)}) for e in edits]
-
-    def in_order(self, edits: Sequence[Edit], entries: Sequence[ScaffoldEntry]) -> list[Edit]:
-        """The edits in the order the schema asks for (`edit_schema`): UPDATEs and DELETEs in the
-        entries' order, then skill and plan ADDs, then mistake ADDs; each edit's citations in the order
-        the cards are shown (`cites_schema`: the first ones strictly in card order, so distinct)."""
-        rank = {card_id: i for i, card_id in enumerate(self.ids)}
-        position = {e.id: i for i, e in enumerate(entries)}
-
-        def place(edit: Edit) -> tuple[int, int]:
-            if isinstance(edit, AddEdit):
-                return (1, 0) if edit.kind in ("skill", "plan") else (2, 0)
-            return (0, position.get(edit.entry_id, len(position)))
-
-        return [
-            e.model_copy(update={"cites": tuple(sorted(e.cites, key=lambda c: rank.get(c, len(rank))))})
-            for e in sorted(edits, key=place)
-        ]
-
-    def in_text(self, text: str) -> str:
-        """`text` with card ids replaced by their names (longest ids first: one may prefix another)."""
-        for card_id, name in sorted(zip(self.ids, self.names, strict=True), key=lambda p: -len(p[0])):
-            text = text.replace(card_id, name)
-        return text
-
-
 class ReviseCall(NamedTuple):
     """What one reviser call sends: the program's inputs (prompt fields), the card names used in them,
     and the answer's JSON schema."""
@@ -334,49 +233,24 @@ def revise_call(
     return ReviseCall(inputs, aliases, schema)
 
 
-class ReviserSettings(NamedTuple):
-    """The run's scaffold settings that shape a reviser's call (its budget text and schema) and that a
-    compiled program was compiled under."""
-
-    min_citations: int = 2
-    removal: bool = True
-    add_only: bool = False
-    task_plans: bool = True
-
-
 def reviser_probe(settings: ReviserSettings) -> Probe:
     """The structured-output probe of a reviser under `settings`: its edit schema for a REVISE review of
-    two cards and one entry (every edit variant the run allows, citations by name), answered with the
-    empty edit list, which every such schema accepts."""
-    from pats.testing.cards import card_facts  # an empty group's facts: the probe's cards show nothing
-
-    cards = [
-        EvidenceCard(
-            id=f"probe-{kind}",
-            type=kind,
-            step=0,
-            task_id="probe-task",
-            task_type="probe",
-            scaffold_version="",
-            text="probe",
-            tokens=1,
-            data=card_facts(kind),
-        )
-        for kind in ("outcome", "failure")
-    ]
+    two cards of one task and one entry (every edit variant the run allows, citations by name),
+    answered with the empty edit list, which every such schema accepts."""
     entry = ScaffoldEntry(
         id="e1", kind="skill", scope="type:probe", text="probe", tokens=1, created_step=0, updated_step=0
     )
     schema = edit_schema(
         ReviewMode.REVISE,
         "probe",
-        cards,
+        (),
         [entry],
         min_citations=settings.min_citations,
         removal=settings.removal,
         add_only=settings.add_only,
         task_plans=settings.task_plans,
         card_ids=["C1", "C2"],
+        task_ids={"probe-task"},
     )
     return Probe("pats_edits", schema, {"edits": []})
 

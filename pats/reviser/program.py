@@ -30,7 +30,7 @@ from pats.scaffold.problems import named_edits
 from pats.types import Attempt, Edit, Record, Refinement
 
 if TYPE_CHECKING:
-    from pats.reviser.llm import CardAliases, ReviserPrompt, ReviserSettings
+    from pats.reviser.prompt import CardAliases, ReviserPrompt, ReviserSettings
     from pats.spec.models import LLMReviserSpec
 
 FORMAT = "pats-reviser-program/1"
@@ -100,7 +100,7 @@ def _module_class() -> type:
             from dspy.utils.exceptions import AdapterParseError
 
             from pats.lm import MalformedAnswer
-            from pats.reviser.llm import edits_from_answer, render_feedback
+            from pats.reviser.prompt import edits_from_answer, render_feedback
 
             tries: list[Attempt] = []
             for n in range(attempts):

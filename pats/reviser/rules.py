@@ -43,7 +43,7 @@ from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
 from pats.scaffold.validate import MODE_BUDGETS, is_near_duplicate, type_entries
-from pats.spec.models import ScaffoldBudget
+from pats.spec.models import ScaffoldBudget, ScaffoldSpec
 from pats.types import (
     AddEdit,
     Assessment,
@@ -85,6 +85,18 @@ MISTAKES = {
 class RulesReviser:
     """Reviser protocol implementation. `mode_of_scaffold`: grow only adds (mode static builds no
     reviser at all, see pats.build)."""
+
+    @classmethod
+    def for_scaffold(cls, sc: ScaffoldSpec) -> RulesReviser:
+        """The rules reviser under a run's scaffold settings (every reviewing run's fallback)."""
+        assert sc.mode == "grow" or sc.mode == "pats", "only a scaffold that reviews has revisers"
+        return cls(
+            removal=sc.removes,
+            min_citations=sc.min_citations,
+            mode_of_scaffold=sc.mode,
+            budget=sc.budget,
+            task_plans=sc.task_plans,
+        )
 
     def __init__(
         self,

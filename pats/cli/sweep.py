@@ -44,7 +44,7 @@ def add_sweep_parser(sub) -> None:
 
 def sweep_from_args(args: argparse.Namespace):
     """The SweepSpec the arguments describe: a sweep file's, with the command line's additions."""
-    from pats.cli.main import _split_args
+    from pats.cli.args import _split_args
     from pats.sweep.grid import is_sweep_file, load_sweep_file, parse_seeds, validated
 
     paths, overrides = _split_args(args.items)

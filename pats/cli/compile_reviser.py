@@ -20,7 +20,7 @@ examples:
 
 
 def cmd_compile_reviser(args: argparse.Namespace) -> int:
-    from pats.cli.main import _split_args
+    from pats.cli.args import _split_args
     from pats.models import token_counter
     from pats.reviser.bundles import load
     from pats.reviser.compile import compile_program, default_out
