@@ -129,3 +129,28 @@ def test_every_validator_rule_refuses_the_answer_that_breaks_it(bundles):
     schema = {r["rule"]: r["schema_refuses"] for r in rows}
     assert schema["unknown_card"] and schema["too_few_citations"], "the schema says these two already"
     assert schema["near_duplicate"] is False, "no schema says near-duplicates: the validator does"
+
+
+def test_the_docs_table_matches_the_committed_results():
+    """Each row of docs/llm.md's reviser table that names a result file says what that file holds."""
+    import re
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results" / "reviser"
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "llm.md").read_text()
+    rows = [
+        line for line in doc.splitlines() if line.startswith("| ") and re.search(r"\| `[\w.-]+` \|", line)
+    ]
+    assert len(rows) >= 4, "the table names its result files"
+    for row in rows:
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]  # bold is emphasis, not data
+        name = cells[1].strip("`")
+        s = json.loads((results / f"{name}.json").read_text())["summary"]
+        n = s["bundles"]
+        want = [
+            f"{n}",
+            f"{s['parsed']}/{n}",
+            f"{s['sets_valid']}/{n}",
+            f"{s['sets_valid_after_retry']}/{n}",
+            f"{s['edits_valid']}/{s['edits_proposed']}",
+        ]
+        assert cells[2:7] == want, f"{name}: the table says {cells[2:7]}, the result {want}"

