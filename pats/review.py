@@ -25,8 +25,9 @@ import asyncio
 import copy
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from pats.cards import build_cards
 from pats.errors import JudgeError
@@ -50,6 +51,8 @@ from pats.types import (
     ScaffoldView,
     Task,
 )
+
+T = TypeVar("T")
 
 # Steps in a row in which the rules reviser answered every task type before the run says so: one such
 # step can be one bad answer or a slow server, three in a row is a reviser that is not working.
@@ -229,20 +232,10 @@ class Reviewer:
         feedback: list[str] = []
         over = 0
         for attempt in range(2):
-            try:
-                edits = await asyncio.wait_for(
-                    self.reviser.revise(step, assessment, cards, entries, feedback=feedback),
-                    max(0.0, deadline - time.monotonic()),
-                )
-            except JudgeError as err:
-                refused.append(f"{assessment.task_type}: reviser failed: {err}")
-                break
-            except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11 on
-                over = 1
-                refused.append(
-                    f"{assessment.task_type}: reviser stopped at the step's review budget "
-                    f"(scaffold.review_budget_s={self.spec.review_budget_s:g})"
-                )
+            asked = self.reviser.revise(step, assessment, cards, entries, feedback=feedback)
+            edits, failed, over = await self._ask(asked, assessment.task_type, deadline)
+            if failed:
+                refused.append(failed)
                 break
             errors = self._check(edits, assessment, entries, cards)
             if not errors:
@@ -257,26 +250,32 @@ class Reviewer:
         """A reviser whose program checks its answers with the review's check and asks again itself
         (the LLM reviser): one program run, each refused answer logged as an attempt, then the rules."""
         assert isinstance(self.reviser, RefiningReviser)
-        refused: list[str] = []
-        try:
-            refinement = await asyncio.wait_for(
-                self.reviser.refine(step, assessment, cards, entries), max(0.0, deadline - time.monotonic())
-            )
-        except JudgeError as err:
-            refused.append(f"{assessment.task_type}: reviser failed: {err}")
-            return await self._fall_back(step, assessment, cards, entries, refused, 0)
-        except asyncio.TimeoutError:
-            refused.append(
-                f"{assessment.task_type}: reviser stopped at the step's review budget "
-                f"(scaffold.review_budget_s={self.spec.review_budget_s:g})"
-            )
-            return await self._fall_back(step, assessment, cards, entries, refused, 1)
-        for n, attempt in enumerate(refinement.attempts):
-            if attempt.problems:
-                refused.append(f"{assessment.task_type} attempt {n + 1}: " + "; ".join(attempt.problems))
+        asked = self.reviser.refine(step, assessment, cards, entries)
+        refinement, failed, over = await self._ask(asked, assessment.task_type, deadline)
+        if failed:
+            return await self._fall_back(step, assessment, cards, entries, [failed], over)
+        refused = [
+            f"{assessment.task_type} attempt {n + 1}: " + "; ".join(attempt.problems)
+            for n, attempt in enumerate(refinement.attempts)
+            if attempt.problems
+        ]
         if refinement.accepted:
             return TypeRevision(refinement.edits, tuple(refused), False, 0)
         return await self._fall_back(step, assessment, cards, entries, refused, 0)
+
+    async def _ask(self, asked: Awaitable[T], task_type: str, deadline: float) -> tuple[T, str, int]:
+        """The reviser's answer within the step's budget, or (None, why it failed, 1 if the budget cut
+        it off else 0)."""
+        try:
+            return await asyncio.wait_for(asked, max(0.0, deadline - time.monotonic())), "", 0
+        except JudgeError as err:
+            return cast(T, None), f"{task_type}: reviser failed: {err}", 0
+        except asyncio.TimeoutError:  # the builtin TimeoutError from 3.11 on
+            why = (
+                f"{task_type}: reviser stopped at the step's review budget "
+                f"(scaffold.review_budget_s={self.spec.review_budget_s:g})"
+            )
+            return cast(T, None), why, 1
 
     async def _fall_back(
         self, step: int, assessment: Assessment, cards, entries, refused: list[str], over: int
