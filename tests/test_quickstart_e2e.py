@@ -26,6 +26,11 @@ TINY = [
     "eval.num_tasks=2",
     "eval.every=2",
     "eval.with_scaffold=false",  # every eval- episode is then a deployment episode (no scaffold view)
+    # One greedy evaluation at the end, as these checks count it: the quickstart's own now also plays
+    # sampled episodes before training (tests/test_heldout_summary.py checks that).
+    "eval.at_start=false",
+    "eval.greedy=true",
+    "eval.samples_per_task=1",
     "logging.progress=false",
     "logging.wandb=offline",
 ]
