@@ -67,6 +67,7 @@ def demos(
             e.model_dump(mode="json") for e in call.aliases.to_names(call.aliases.in_order(edits, b.entries))
         ]
         examples.append(dspy.Example(**call.inputs, edits=answer).with_inputs(*INPUT_FIELDS))
+
     # Answers that add guidance first (the EXPAND and REVISE reviews most steps get; a DELETE demo was
     # copied into reviews that allow no DELETE, and the model then answered nothing), then other
     # answers with edits (an empty set is always valid: demos of it teach the model to say nothing),
