@@ -24,7 +24,7 @@ from reviser_bundles import ReviserBundle
 from pats.errors import JudgeError
 from pats.protocols import TokenCounter
 from pats.review import check_edits
-from pats.scaffold.problems import CITATION_RULES, named_edits, rule_of
+from pats.scaffold.problems import CITATION_RULES, rule_of, valid_indices
 from pats.scaffold.validate import texts_after
 from pats.types import Edit, LLMUsage, Record
 
@@ -58,9 +58,7 @@ def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> 
     """The validator's view of an edit set for this bundle (the fields of BundleScore it sets)."""
     problems = check_edits(bundle.scaffold, edits, bundle.assessment, bundle.entries, bundle.cards, count)
     rules = tuple(rule_of(p) for p in problems)
-    set_wide = any(not named_edits(p) for p in problems)
-    named = set().union(*(named_edits(p) for p in problems)) if problems else set()
-    valid = [] if set_wide else [e for i, e in enumerate(edits) if i not in named]
+    valid = [edits[i] for i in valid_indices(edits, problems)]
     return {
         "proposed": len(edits),
         "valid_edits": len(valid),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pats.errors import PrerequisiteError, SpecError
-from pats.scaffold.problems import named_edits
+from pats.scaffold.problems import valid_indices
 from pats.types import Attempt, Edit, Record, Refinement
 
 if TYPE_CHECKING:
@@ -205,14 +205,6 @@ def load_program(spec: LLMReviserSpec, prompt: ReviserPrompt, settings: ReviserS
 
 
 # -- scoring -------------------------------------------------------------------------------------------
-
-
-def valid_indices(edits: Sequence[Edit], problems: Sequence[str]) -> list[int]:
-    """The edits no problem names; none when a problem is about the whole set."""
-    if any(not named_edits(p) for p in problems):
-        return []
-    named = set().union(*(named_edits(p) for p in problems)) if problems else set()
-    return [i for i in range(len(edits)) if i not in named]
 
 
 def attempt_score(attempt: Attempt, reference_empty: bool) -> float:

@@ -9,6 +9,7 @@ rule, next to the one place the messages are written, and a test keeps every mes
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # The validator's messages, by the rule that wrote them: the first pattern a problem matches names it.
 RULES: tuple[tuple[str, str], ...] = (
@@ -45,3 +46,11 @@ def named_edits(problem: str) -> set[int]:
     """The indices of the edits a problem names ('edit 2 (...)', 'edits 0, 1: ...'); none for a set's."""
     m = EDIT_INDEX.match(problem)
     return {int(i) for i in m.group(1).replace(",", " ").split()} if m else set()
+
+
+def valid_indices(edits: Sequence[object], problems: Sequence[str]) -> list[int]:
+    """The indices of the edits no problem names; none when a problem is about the whole set."""
+    if any(not named_edits(p) for p in problems):
+        return []
+    named = set().union(*(named_edits(p) for p in problems))
+    return [i for i in range(len(edits)) if i not in named]
