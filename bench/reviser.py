@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         server = (
             ServedModel(where, name=EMBEDDED_POLICY, ready_s=900.0)
             if args.serve == "transformers"
-            else VLLMServer(where, name=EMBEDDED_POLICY, ready_s=900.0, max_model_len=8192)
+            else VLLMServer(where, name=EMBEDDED_POLICY, ready_s=900.0)
         ).start()
         print(
             f"{args.serve} serving {server.model} at {server.base_url} after {time.monotonic() - began:.0f}s"

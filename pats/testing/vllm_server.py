@@ -64,10 +64,12 @@ class VLLMServer(LocalServer):
         *,
         name: str | None = None,
         ready_s: float = 900.0,
-        max_model_len: int = 4096,
+        max_model_len: int = 8192,
         kv_cache_gib: int = 2,
     ):
-        # ready_s: the first start compiles kernels, minutes on a loaded 2-core machine
+        # ready_s: the first start compiles kernels, minutes on a loaded 2-core machine.
+        # max_model_len: the embedded model's own context (8192). At 4096 a compiled reviser program's
+        # demo pushed a COMPRESS prompt one token past it (CI, 2026-12-04), and vLLM refused the call.
         super().__init__(model_dir, name=name, ready_s=ready_s)
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
