@@ -88,19 +88,12 @@ def llm_reviser(bundle: ReviserBundle, llm: dict, count=None, program: str | Non
     """The LLM reviser under the bundle's run settings; with `count` (the policy tokenizer) it gets the
     bundle's check, and its program asks once more when the first answer is refused, as in training."""
     from pats.reviser import LLMReviser
+    from pats.reviser.prompt import ReviserSettings
     from pats.spec.models import LLMReviserSpec, LLMSpec
 
-    sc = bundle.scaffold
     spec = LLMReviserSpec(llm=LLMSpec(**llm), program=program)
     check = bundle_check(bundle, count) if count is not None else None
-    return LLMReviser(
-        spec,
-        min_citations=sc.min_citations,
-        removal=sc.removes,
-        add_only=bundle.add_only,
-        task_plans=sc.task_plans,
-        check=check,
-    )
+    return LLMReviser(spec, ReviserSettings.of(bundle.scaffold), check=check)
 
 
 def rules_reviser(bundle: ReviserBundle, count=None):

@@ -39,17 +39,10 @@ def _rules_reviser(spec: ExperimentSpec, rules, check):
 
 def _llm_reviser(spec: ExperimentSpec, rules, check):
     from pats.reviser import LLMReviser
+    from pats.reviser.prompt import ReviserSettings
 
     assert spec.reviser.kind == "llm", "REVISER_BUILDERS picks this builder by reviser.kind"
-    sc = spec.scaffold
-    llm = LLMReviser(
-        spec.reviser,
-        min_citations=sc.min_citations,
-        removal=sc.removes,
-        add_only=sc.mode == "grow",
-        task_plans=sc.task_plans,
-        check=check,
-    )
+    llm = LLMReviser(spec.reviser, ReviserSettings.of(spec.scaffold), check=check)
     return llm, rules
 
 

@@ -523,7 +523,7 @@ class LLMCaller:
         output is on for this endpoint; the program is then read as JSON."""
         adapter = self.adapter
         if schema is not None and await self.uses_schema():
-            adapter = self._json_adapter()
+            adapter = self.schema_adapter()
             inputs = {**inputs, "config": {"response_format": response_format(*schema)}}
         semaphore = self._limit()
         loop = asyncio.get_running_loop()
@@ -599,7 +599,8 @@ class LLMCaller:
                 self.structured = known
         return self.structured
 
-    def _json_adapter(self) -> Any:
+    def schema_adapter(self) -> Any:
+        """The adapter for calls that send a schema: the answer is read as JSON."""
         if self._schema_adapter is None:
             self._schema_adapter = schema_adapter()
         return self._schema_adapter

@@ -11,6 +11,7 @@ from dspy.utils import DummyLM
 from pats.errors import JudgeError, SpecError
 from pats.protocols import Reviser
 from pats.reviser.llm import LLMReviser, load_reviser_prompt
+from pats.reviser.prompt import ReviserSettings
 from pats.spec.models import LLMReviserSpec, LLMSpec
 from pats.testing import ScriptedOpenAIServer, card_facts
 from pats.types import (
@@ -91,7 +92,7 @@ def make_reviser(lm=None, **llm) -> LLMReviser:
     spec = LLMReviserSpec(
         llm=LLMSpec(**{"model": "openai/reviser", "max_retries": 1, "backoff_s": 0.0, **llm})
     )
-    return LLMReviser(spec, min_citations=2, lm=lm)
+    return LLMReviser(spec, ReviserSettings(min_citations=2), lm=lm)
 
 
 def prompt_of(lm: DummyLM, call: int = -1) -> str:
@@ -166,7 +167,7 @@ async def test_feedback_reaches_the_prompt():
 async def test_budget_text_follows_mode_and_run_settings():
     lm = DummyLM([{"edits": []}])
     spec = LLMReviserSpec(llm=LLMSpec(model="openai/reviser", max_retries=0))
-    reviser = LLMReviser(spec, min_citations=3, removal=False, add_only=True, lm=lm)
+    reviser = LLMReviser(spec, ReviserSettings(min_citations=3, removal=False, add_only=True), lm=lm)
     pruning = ASSESSMENT.model_copy(update={"mode": ReviewMode.PRUNE})
     await reviser.revise(5, pruning, CARDS, ENTRIES)
     prompt = prompt_of(lm)

@@ -16,6 +16,7 @@ import pytest
 from pats.judges.llm import GRADE_LABELS, LLMJudge, verdict_schema
 from pats.lm import CITES_MAX, cites_schema, enum, structured_decision
 from pats.reviser.llm import LLMReviser, edit_schema
+from pats.reviser.prompt import ReviserSettings
 from pats.spec.models import ExperimentSpec, LLMJudgeSpec, LLMReviserSpec, LLMSpec, ScaffoldBudget
 from pats.testing import ScriptedOpenAIServer, card_facts
 from pats.types import AddEdit, Assessment, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
@@ -217,7 +218,9 @@ EDIT = {
 
 
 async def revise(server: ScriptedOpenAIServer, structured: str) -> LLMReviser:
-    reviser = LLMReviser(LLMReviserSpec(llm=llm(server, structured=structured)), min_citations=2)
+    reviser = LLMReviser(
+        LLMReviserSpec(llm=llm(server, structured=structured)), ReviserSettings(min_citations=2)
+    )
     edits = await reviser.revise(3, ASSESSMENT, CARDS, ENTRIES)
     assert edits == [AddEdit(**EDIT)]
     return reviser
@@ -307,7 +310,7 @@ def test_preflight_probe_decides_auto_for_the_run(capsys):
         assert len(server.preflights) == 1 and len(server.probes) == 1, "one endpoint: asked and probed once"
         assert structured_decision(spec.reviser.llm) is True
         # A reviser built after the preflight uses its decision without a probe of its own.
-        reviser = LLMReviser(spec.reviser, min_citations=2)
+        reviser = LLMReviser(spec.reviser, ReviserSettings(min_citations=2))
         server.add(json.dumps({"edits": [EDIT]}))
         asyncio.run(reviser.revise(3, ASSESSMENT, CARDS, ENTRIES))
         assert len(server.probes) == 1 and "response_format" in server.requests[-1]
@@ -327,7 +330,9 @@ async def test_counts_match_the_servers_log_failed_and_malformed_calls_included(
         {"delay": 0.3, "text": "[[ ## edits ## ]]\n[]\n\n[[ ## completed ## ]]"},  # usable, slow
     ]
     with ScriptedOpenAIServer(script) as server:
-        reviser = LLMReviser(LLMReviserSpec(llm=llm(server, max_retries=3, backoff_s=0.0)), min_citations=2)
+        reviser = LLMReviser(
+            LLMReviserSpec(llm=llm(server, max_retries=3, backoff_s=0.0)), ReviserSettings(min_citations=2)
+        )
         assert await reviser.revise(3, ASSESSMENT, CARDS, ENTRIES) == []
         log = list(server.answered)
     usage = reviser.usage()

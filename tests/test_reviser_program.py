@@ -47,7 +47,7 @@ def reviser(lm, check=check, attempts=2, **settings) -> LLMReviser:
     spec = LLMReviserSpec(
         llm=LLMSpec(model="openai/reviser", max_retries=1, backoff_s=0.0), attempts=attempts
     )
-    return LLMReviser(spec, lm=lm, check=check, **{"min_citations": 2, **settings})
+    return LLMReviser(spec, ReviserSettings(**{"min_citations": 2, **settings}), lm=lm, check=check)
 
 
 # Cited in the order the cards are listed: the schema's way of saying "distinct" (cites_schema).
@@ -309,7 +309,7 @@ def test_a_server_that_refuses_the_reviser_schema_turns_structured_output_off_at
     # the old probe's one-field schema would have passed, and every review call would have been refused.
     with ScriptedOpenAIServer([wire], structured=True, refused_keywords=["prefixItems"]) as server:
         spec = LLMReviserSpec(llm=LLMSpec(model="hosted_vllm/m", api_base=server.base_url, structured="auto"))
-        llm = LLMReviser(spec, min_citations=2, check=check)
+        llm = LLMReviser(spec, ReviserSettings(min_citations=2), check=check)
         assert asyncio.run(probe_structured(llm.caller, "reviser.llm")) is False
         refinement = asyncio.run(llm.refine(5, ASSESSMENT, CARDS, ENTRIES))
     (probe,) = server.probes
@@ -366,3 +366,64 @@ def test_bootstrap_keeps_only_first_answers_the_check_accepts(tmp_path):
     assert meta.optimizer == "bootstrap" and meta.demos == 1, "the refused second answer is no demo"
     (demo,) = program.revise.demos
     assert demo["task_type"] == "twc" and "Take the item first (twx-s1-twc)" in json.dumps(demo["edits"])
+
+
+# -- select ------------------------------------------------------------------------------------------------
+
+
+def test_select_keeps_the_candidate_whose_first_answers_pass_on_the_other_train_bundles(tmp_path):
+    """No demo, and each labeled demo alone, scored by the LLM's first answers; a demo is not scored on
+    its own bundle (a model that copies its demo would pass there by copying)."""
+    from pats.models import token_counter
+    from pats.reviser.compile import compile_program, named_demos
+    from pats.reviser.llm import revise_call
+    from pats.spec import load_spec
+    from pats.testing import ScriptedOpenAIServer
+
+    bundles = load(BUNDLES, ["twx-s1-twc", "twx-s2-twc"])
+    train = [b.model_copy(update={"split": "train"}) for b in bundles]
+
+    def answer(b, cited: int) -> str:
+        names = [f"C{i + 1}" for i, c in enumerate(c for c in b.cards if c.task_type == b.task_type)]
+        add = {"op": "ADD", "kind": "skill", "scope": f"type:{b.task_type}",
+               "text": f"Take the item first ({b.name}).", "cites": names[:cited]}  # fmt: skip
+        return json.dumps({"edits": [add]})
+
+    def valid(b):
+        return answer(b, 2)
+
+    def refused(b):
+        return answer(b, 1)  # one citation, where the spec asks two distinct
+
+    spec = load_spec(
+        "experiments/quickstart.yaml",
+        ["reviser.kind=llm", "reviser.llm.model=hosted_vllm/select", "reviser.llm.concurrency=1"],
+    )
+    first, second = (name for name, _ in named_demos(spec, train, load_reviser_prompt(), words))
+    a, b = (next(t for t in train if t.name == n) for n in (first, second))
+    # One call per train bundle per candidate, in order (concurrency 1): no demo, then each demo by rank.
+    script = [refused(a), refused(b)]  # no demo: 0.0
+    script += [valid(a), refused(b)]  # demo of a: passes only on its own bundle, which is not scored
+    script += [valid(a), refused(b)]  # demo of b: passes on a, the bundle it is scored on
+    with ScriptedOpenAIServer(script, structured=True) as server:
+        spec = load_spec(
+            "experiments/quickstart.yaml",
+            [
+                "reviser.kind=llm",
+                "reviser.llm.model=hosted_vllm/select",
+                f"reviser.llm.api_base={server.base_url}",
+                "reviser.llm.concurrency=1",
+            ],
+        )
+        program, meta = compile_program(spec, train, token_counter(spec.policy.model), optimizer="select")
+    assert len(server.requests) == 6
+    assert meta.optimizer == "select" and meta.demos == 1
+    assert [(c.demo, c.score, c.scored) for c in meta.selection] == [
+        (b.name, 1.0, 1),
+        ("", 0.0, 2),
+        (a.name, 0.0, 1),
+    ]
+    (demo,) = program.revise.demos
+    call = revise_call(load_reviser_prompt(), b.assessment, b.cards, b.entries, _settings(spec))
+    assert (demo["review"], demo["cards"]) == (call.inputs["review"], call.inputs["cards"]), "b's review"
+    assert f"({b.name})" not in json.dumps(demo["edits"]), "the demo is the rules reviser's answer"

@@ -13,10 +13,14 @@ reviser.program: PATH; a program compiled for another model or other scaffold se
 
   labeled    demos: the rules reviser's accepted answers on the shortest train bundles (no LLM needed)
   bootstrap  demos: the spec's reviser LLM's own first answers that the review's check accepted
+  select     no demo, or one labeled demo: each candidate scored by the reviser LLM's first answers on
+             the other train bundles (the review's check as the metric); the best is kept, and every
+             candidate's score is saved with the program. Calls the LLM (candidates x train bundles)
 
 examples:
   pats compile-reviser experiments/llm/reviser_vllm.yaml --bundles bench/reviser_bundles
-  pats compile-reviser SPEC reviser.llm.model=hosted_vllm/M --bundles DIR --optimizer bootstrap --demos 3"""
+  pats compile-reviser SPEC reviser.llm.model=hosted_vllm/M --bundles DIR --optimizer bootstrap --demos 3
+  pats compile-reviser SPEC --bundles DIR --optimizer select --candidates 4"""
 
 
 def cmd_compile_reviser(args: argparse.Namespace) -> int:
@@ -37,9 +41,16 @@ def cmd_compile_reviser(args: argparse.Namespace) -> int:
         raise SpecError(f"--bundles {args.bundles}: not a folder of reviser bundles (*.json)")
     bundles = load(args.bundles)
     program, meta = compile_program(
-        spec, bundles, token_counter(spec.policy.model), optimizer=args.optimizer, k=args.demos
+        spec,
+        bundles,
+        token_counter(spec.policy.model),
+        optimizer=args.optimizer,
+        k=args.demos,
+        candidates=args.candidates,
     )
     out = save_program(program, meta, args.out or default_out(spec))
+    for c in meta.selection:
+        print(f"  candidate demo {c.demo or '(none)'}: {c.score:.3f} over {c.scored} train bundles")
     print(
         f"compiled the reviser for {meta.model} ({meta.optimizer}, {meta.demos} demos from "
         f"{len(meta.trainset)} train bundles); wrote {out}\nuse it with reviser.program={out}"
@@ -60,7 +71,12 @@ def add_compile_parser(sub) -> None:
     p.add_argument("--bundles", type=Path, required=True, help="folder of bundles; their train split is used")
     p.add_argument("--out", type=Path, help="where to save (default programs/reviser-<model>.json)")
     p.add_argument(
-        "--optimizer", choices=["labeled", "bootstrap"], default="labeled", help="default: labeled"
+        "--optimizer", choices=["labeled", "bootstrap", "select"], default="labeled", help="default: labeled"
+    )
+    p.add_argument(
+        "--candidates",
+        type=int,
+        help="select: score no demo and the first N labeled demos by rank (default: every one)",
     )
     p.add_argument(
         "--demos", type=int, default=2, help="demos to keep (default 2: a small model's context is short)"

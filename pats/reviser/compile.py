@@ -11,6 +11,13 @@ rules reviser, and kept only where the review's check accepts that answer under 
   demo is a whole review in the prompt).
 - `bootstrap`: `dspy.BootstrapFewShot` runs the program on the train bundles against the spec's
   reviser LLM and keeps the traces `edit_metric` scores 1.0 (first answer accepted), up to `demos`.
+- `select`: each of those labeled demos alone, and no demo, is a candidate; `dspy.Evaluate` scores
+  each candidate's first answers with `edit_metric` against the spec's reviser LLM on the train bundles
+  other than the demo's own (a model that copies its demo is not scored on the demo's own review), and
+  the best is kept (ties: fewer demos, then the earlier rank). Which demo a small model does best with
+  is an empirical question (a DELETE demo and an ADD demo gave 10/10 and 5/10 valid first answers on
+  the held-out bundles, 2026-12-04); this answers it on train bundles, never on held-out ones. Every
+  candidate's score is saved with the program (`ProgramMeta.selection`).
 
 The program is saved with what it was compiled under (`pats.reviser.program.ProgramMeta`); a spec
 loads it with `reviser.program: PATH`, and one whose model or scaffold settings differ is refused.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +36,10 @@ from pats.errors import SpecError
 from pats.protocols import TokenCounter
 from pats.reviser.bundles import ReviserBundle
 from pats.reviser.llm import ReviserPrompt, ReviserSettings, load_reviser_prompt, revise_call
-from pats.reviser.program import INPUT_FIELDS, ProgramMeta, meta_of, new_program
+from pats.reviser.program import INPUT_FIELDS, Candidate, ProgramMeta, meta_of, new_program
 from pats.spec.models import ExperimentSpec
 
-OPTIMIZERS = ("labeled", "bootstrap")
+OPTIMIZERS = ("labeled", "bootstrap", "select")
 
 
 def settings_of(spec: ExperimentSpec) -> ReviserSettings:
@@ -50,6 +58,13 @@ def demos(
     """A dspy.Example per train bundle whose rules answer the review's check accepts under the spec's
     settings: the rendered inputs and that answer (card names), answers with edits first, then the
     shortest prompt."""
+    return [example for _, example in named_demos(spec, bundles, prompt, count)]
+
+
+def named_demos(
+    spec: ExperimentSpec, bundles: Sequence[ReviserBundle], prompt: ReviserPrompt, count: TokenCounter
+) -> list[tuple[str, Any]]:
+    """`demos`, each with the name of the bundle it came from."""
     import dspy
 
     from pats.review import check_edits
@@ -66,13 +81,14 @@ def demos(
         answer = [
             e.model_dump(mode="json") for e in call.aliases.to_names(call.aliases.in_order(edits, b.entries))
         ]
-        examples.append(dspy.Example(**call.inputs, edits=answer).with_inputs(*INPUT_FIELDS))
+        examples.append((b.name, dspy.Example(**call.inputs, edits=answer).with_inputs(*INPUT_FIELDS)))
 
     # Answers that add guidance first (the EXPAND and REVISE reviews most steps get; a DELETE demo was
     # copied into reviews that allow no DELETE, and the model then answered nothing), then other
     # answers with edits (an empty set is always valid: demos of it teach the model to say nothing),
     # then the shortest prompt (every demo is a whole review in a small model's context).
-    def rank(ex) -> tuple[bool, bool, int]:
+    def rank(named) -> tuple[bool, bool, int]:
+        ex = named[1]
         adds = any(e["op"] == "ADD" for e in ex.edits)
         return (not adds, not ex.edits, sum(len(ex[f]) for f in INPUT_FIELDS))
 
@@ -86,6 +102,7 @@ def compile_program(
     *,
     optimizer: str = "labeled",
     k: int = 2,
+    candidates: int | None = None,
 ) -> tuple[Any, ProgramMeta]:
     """The compiled program and what it was compiled under."""
     import dspy
@@ -103,29 +120,30 @@ def compile_program(
             "(python bench/reviser.py --record RUN_DIR --split train); held-out bundles are never compiled on"
         )
     prompt, settings = load_reviser_prompt(), settings_of(spec)
-    examples = demos(spec, train, prompt, count)
+    selection: list[Candidate] = []
     if optimizer == "labeled":
+        examples = demos(spec, train, prompt, count)
         program = dspy.LabeledFewShot(k=k).compile(new_program(prompt), trainset=examples, sample=False)
-    else:
+    elif optimizer == "bootstrap":
         program = _bootstrap(spec, train, prompt, settings, count, k)
+    else:
+        program, selection = _select(spec, train, prompt, settings, count, candidates)
     kept = len(program.revise.demos)
     return program, meta_of(
-        spec.reviser.llm.model, prompt, settings, optimizer, kept, [b.name for b in train]
+        spec.reviser.llm.model, prompt, settings, optimizer, kept, [b.name for b in train], selection
     )
 
 
-def _bootstrap(spec, train, prompt, settings, count, k: int) -> Any:
-    """BootstrapFewShot against the spec's reviser LLM, keeping first answers the check accepts."""
+def _scored_examples(spec, train, prompt, settings, count, structured: bool) -> list[Any]:
+    """A dspy.Example per train bundle that the program runs on and `edit_metric` scores: the rendered
+    inputs, the bundle's check, one answer, the schema when structured output is on, and the rules
+    reviser's answer as the metric's reference (whether edits were due)."""
     import dspy
 
-    from pats.lm import LLMCaller, response_format
+    from pats.lm import response_format
     from pats.review import check_edits
-    from pats.reviser.program import edit_metric
     from pats.reviser.rules import RulesReviser
 
-    assert spec.reviser.kind == "llm"
-    caller = LLMCaller(spec.reviser.llm)
-    structured = asyncio.run(caller.uses_schema())
     rules = RulesReviser.for_scaffold(spec.scaffold)
     examples = []
     for b in train:
@@ -137,17 +155,89 @@ def _bootstrap(spec, train, prompt, settings, count, k: int) -> Any:
         extra: dict[str, Any] = {"aliases": call.aliases, "check": check, "attempts": 1}
         if structured:
             extra["config"] = {"response_format": response_format("pats_edits", call.schema)}
-        # The metric's reference: whether the rules reviser wrote edits for this bundle.
         reference = asyncio.run(rules.revise(b.step, b.assessment, b.cards, b.entries))
         examples.append(
             dspy.Example(**call.inputs, **extra, reference=reference).with_inputs(*INPUT_FIELDS, *extra)
         )
-    adapter = caller._json_adapter() if structured else caller.adapter
+    return examples
+
+
+class _Against:
+    """The spec's reviser LLM as DSPy's context (its adapter: JSON under the schema when the endpoint
+    takes one), closed after."""
+
+    def __init__(self, spec: ExperimentSpec):
+        from pats.lm import LLMCaller
+
+        assert spec.reviser.kind == "llm"
+        self.caller = LLMCaller(spec.reviser.llm)
+        self.structured = asyncio.run(self.caller.uses_schema())
+
+    def context(self) -> Any:
+        import dspy
+
+        adapter = self.caller.schema_adapter() if self.structured else self.caller.adapter
+        return dspy.context(lm=self.caller.lm, adapter=adapter)
+
+    def close(self) -> None:
+        self.caller.close()
+
+
+def _bootstrap(spec, train, prompt, settings, count, k: int) -> Any:
+    """BootstrapFewShot against the spec's reviser LLM, keeping first answers the check accepts."""
+    import dspy
+
+    from pats.reviser.program import edit_metric
+
+    llm = _Against(spec)
+    examples = _scored_examples(spec, train, prompt, settings, count, llm.structured)
     optimizer = dspy.BootstrapFewShot(
         metric=edit_metric, metric_threshold=1.0, max_bootstrapped_demos=k, max_labeled_demos=0, max_rounds=1
     )
     try:
-        with dspy.context(lm=caller.lm, adapter=adapter):
+        with llm.context():
             return optimizer.compile(new_program(prompt), trainset=examples)
     finally:
-        caller.close()
+        llm.close()
+
+
+def _select(spec, train, prompt, settings, count, limit: int | None) -> tuple[Any, list[Candidate]]:
+    """No demo, and each labeled demo alone (the first `limit` by rank), scored on the train bundles
+    by `dspy.Evaluate` with `edit_metric` against the spec's reviser LLM, leaving out the demo's own
+    bundle; the best candidate and every candidate's score, the best first."""
+    import dspy
+
+    from pats.reviser.program import edit_metric
+
+    named = named_demos(spec, train, prompt, count)[:limit]
+    programs = [("", new_program(prompt))]
+    for name, example in named:
+        one = dspy.LabeledFewShot(k=1).compile(new_program(prompt), trainset=[example], sample=False)
+        programs.append((name, one))
+    llm = _Against(spec)
+    scored = _scored_examples(spec, train, prompt, settings, count, llm.structured)
+    names = [b.name for b in train]
+    concurrency = spec.reviser.llm.concurrency
+    results = []
+    try:
+        with llm.context():
+            for n, (demo, program) in enumerate(programs):
+                evaluate = dspy.Evaluate(
+                    devset=scored, metric=edit_metric, num_threads=concurrency, max_errors=len(scored) + 1,
+                    display_progress=False, provide_traceback=False,
+                )  # fmt: skip
+                per_bundle = [float(score) for _, _, score in evaluate(program).results]
+                kept = [s for name, s in zip(names, per_bundle, strict=True) if name != demo]
+                candidate = Candidate(demo=demo, score=sum(kept) / len(kept), scored=len(kept))
+                print(
+                    f"candidate {n + 1}/{len(programs)}: demo {demo or '(none)'}: {candidate.score:.3f} "
+                    f"over {candidate.scored} train bundles",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results.append((candidate, n, program))
+    finally:
+        llm.close()
+    # Best score; ties go to fewer demos (no demo is candidate 0), then the demo's earlier rank.
+    results.sort(key=lambda r: (-r[0].score, r[1]))
+    return results[0][2], [candidate for candidate, _, _ in results]

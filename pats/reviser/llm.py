@@ -266,11 +266,8 @@ class LLMReviser:
     def __init__(
         self,
         spec: LLMReviserSpec,
+        settings: ReviserSettings | None = None,
         *,
-        min_citations: int = 2,
-        removal: bool = True,
-        add_only: bool = False,
-        task_plans: bool = True,
         lm: Any = None,
         prompt: ReviserPrompt | None = None,
         check: Check | None = None,
@@ -278,8 +275,8 @@ class LLMReviser:
         from pats.reviser.program import load_program
 
         self.prompt = prompt if prompt is not None else load_reviser_prompt()
-        self.settings = ReviserSettings(min_citations, removal, add_only, task_plans)
-        self.min_citations, self.removal, self.add_only = min_citations, removal, add_only
+        # The run's scaffold settings (`ReviserSettings.of(spec.scaffold)`); the defaults' otherwise.
+        self.settings = settings if settings is not None else ReviserSettings()
         # One program run may ask `attempts` times: its deadline covers them all.
         deadline = spec.attempts * (2 * spec.llm.timeout_s) + 1.0
         self.caller = LLMCaller(spec.llm, lm, deadline_s=deadline)

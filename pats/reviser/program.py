@@ -37,6 +37,14 @@ FORMAT = "pats-reviser-program/1"
 INPUT_FIELDS = ("task_type", "mode", "budget", "review", "cards", "verdicts", "entries", "feedback")
 
 
+class Candidate(Record):
+    """One demo set the `select` optimizer scored on the train bundles (pats.reviser.compile)."""
+
+    demo: str  # the train bundle whose rules answer was the demo; "" for no demo
+    score: float  # mean `edit_metric` of the first answers on the train bundles other than the demo's
+    scored: int  # how many bundles that mean is over
+
+
 class ProgramMeta(Record):
     """What a compiled program was compiled under; a spec that differs is refused (`check_meta`)."""
 
@@ -51,6 +59,7 @@ class ProgramMeta(Record):
     optimizer: str
     demos: int
     trainset: tuple[str, ...]  # the bundles compiled against
+    selection: tuple[Candidate, ...] = ()  # `select`: every candidate's score, the kept one first
 
 
 def signature(prompt: ReviserPrompt) -> Any:
@@ -128,7 +137,13 @@ def new_program(prompt: ReviserPrompt) -> Any:
 
 
 def meta_of(
-    model: str, prompt: ReviserPrompt, settings: ReviserSettings, optimizer: str, demos: int, trainset
+    model: str,
+    prompt: ReviserPrompt,
+    settings: ReviserSettings,
+    optimizer: str,
+    demos: int,
+    trainset,
+    selection: Sequence[Candidate] = (),
 ) -> ProgramMeta:
     return ProgramMeta(
         model=model,
@@ -141,6 +156,7 @@ def meta_of(
         optimizer=optimizer,
         demos=demos,
         trainset=tuple(trainset),
+        selection=tuple(selection),
     )
 
 

@@ -27,9 +27,10 @@ def scripted_reviser(answers: Sequence[Any], **options):
     from dspy.utils import DummyLM
 
     from pats.reviser import LLMReviser
+    from pats.reviser.prompt import ReviserSettings
 
     spec = LLMReviserSpec(llm=LLMSpec(model=MODEL, max_retries=options.pop("max_retries", 0)))
-    return LLMReviser(spec, lm=DummyLM([{"edits": a} for a in answers]), **options)
+    return LLMReviser(spec, ReviserSettings(**options), lm=DummyLM([{"edits": a} for a in answers]))
 
 
 def scripted_judge(answers: Sequence[Any], environment: str = "twx", budget: ScaffoldBudget | None = None):
