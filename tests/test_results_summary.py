@@ -1,0 +1,436 @@
+"""The summary tables that open README.md and docs/results.md say what the committed result files hold.
+
+Each row names its evidence in its last column as a link, `[data](PATH "KIND ARGS")`: PATH is a
+committed file or folder under bench/results/, and the link's title says how to read it (KIND, one of
+the readers below). For each row the test reads PATH, recomputes the numbers (the intervals with
+pats.stats, as `pats compare` and the benchmarks do), and checks that
+- every number in the row's question, setting and result columns is one the file gives (its protocol, counts,
+  rates, differences and intervals);
+- the result column shows the headline numbers the reader names (e.g. a difference and its interval);
+- the verdict column starts with the verdict the numbers give under the stated criterion (bold), and
+  any number in it is that criterion's;
+- the journal link's anchor is a heading of docs/results.md (or docs/llm.md).
+A row whose verdict is **running** has no numbers yet: it is checked for that, and skipped otherwise.
+The two tables must say the same thing (their links differ only by the folder they are relative to).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from demonstration import outcomes as demo_outcomes  # noqa: E402
+from pilot import by_seed  # noqa: E402
+from stage0 import PASS, verdict  # noqa: E402
+
+from pats.stats import Interval, paired_bootstrap, seed_game_difference, seed_game_rate  # noqa: E402
+
+DOCS = {"README.md": REPO / "README.md", "docs/results.md": REPO / "docs" / "results.md"}
+COLUMNS = ["question", "setting", "result [95% interval]", "verdict", "details"]
+NUMBER = re.compile(r"(?<![\w.])[+-]?\d+(?:\.\d+)?(?:/\d+)?")
+LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)(?:\s+\"([^\"]*)\")?\)")
+
+
+@dataclass
+class Reading:
+    """What a result file says: the numbers it supports (as the table writes them), the ones the row
+    must show, the verdict under the stated criterion (None: not judged here), and the criterion's
+    own numbers, which the verdict column may quote."""
+
+    numbers: set[str] = field(default_factory=set)
+    must: list[str] = field(default_factory=list)
+    verdict: str | None = None
+    criterion: set[str] = field(default_factory=set)
+
+    def rate(self, x: float) -> str:
+        self.numbers.add(f"{x:.3f}")
+        return f"{x:.3f}"
+
+    def signed(self, x: float, digits: int = 3) -> str:
+        self.numbers.add(f"{x:+.{digits}f}")
+        return f"{x:+.{digits}f}"
+
+    def interval(self, i: Interval, signed: bool) -> list[str]:
+        f = self.signed if signed else self.rate
+        return [f(i.estimate), f(i.lo), f(i.hi)]
+
+    def ints(self, *xs: float) -> None:
+        self.numbers.update(str(int(x)) for x in xs)
+
+    def count(self, k: float, n: float) -> str:
+        self.numbers.add(f"{round(k)}/{round(n)}")
+        return f"{round(k)}/{round(n)}"
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _difference_verdict(d: Interval, target: float) -> str:
+    """The held-out comparisons' criterion: at least `target` with an interval above 0 passes; an
+    interval that reaches 0 resolves nothing; otherwise (resolved, below target) it fails."""
+    if d.lo <= 0 <= d.hi:
+        return "not resolved"
+    return "pass" if d.lo > 0 and d.estimate >= target else "fail"
+
+
+def read_pilot_heldout(path: Path, args: list[str]) -> Reading:
+    """bench/pilot.py's held-out test: the trained cells ARGS[0]-s<seed> against untrained-s<seed> on
+    the same dev games and sampling seeds; target +0.05 (issue 34)."""
+    r = Reading(criterion={"+0.05", "0"})
+    trained = [_load(p) for p in sorted(path.glob(f"{args[0]}-s*.json"))]
+    base = {c["seed"]: c for c in map(_load, path.glob("untrained-s*.json"))}
+    untrained = [base[c["seed"]] for c in trained]
+    t, u = by_seed(trained), by_seed(untrained)
+    d = seed_game_difference(t, u)
+    rate_t, rate_u = seed_game_rate(t)[0], seed_game_rate(u)[0]
+    r.must = [r.rate(rate_t.estimate), r.rate(rate_u.estimate), *r.interval(d.interval, signed=True)]
+    r.interval(rate_t, signed=False)
+    r.interval(rate_u, signed=False)
+    for _, x in d.per_seed:
+        r.signed(x)
+    for c in trained + untrained:
+        r.count(c["heldout"]["successes"], c["heldout"]["episodes"])
+        if "distinct_games" in c:
+            r.ints(c["distinct_games"])
+    p = trained[0]["protocol"]
+    r.ints(len(trained), p["steps"], p["pool"], p["heldout"], p["samples"], p["heldout_offset"])
+    r.ints(p["heldout_offset"] + p["heldout"] - 1)
+    r.verdict = _difference_verdict(d.interval, 0.05)
+    return r
+
+
+def read_pilot_pool(path: Path, args: list[str]) -> Reading:
+    """bench/pilot.py's endpoint: pool success after the last step minus before the first, mean over
+    the seeds of the cells ARGS[0]-s<seed>; target +0.30."""
+    r = Reading(criterion={"+0.30"})
+    cells = [_load(p) for p in sorted(path.glob(f"{args[0]}-s*.json"))]
+    p = cells[0]["protocol"]
+    n = p["pool"] * p["samples"]
+    deltas = []
+    for c in cells:
+        start, end = c["curve"][0]["pool/success"], c["curve"][-1]["pool/success"]
+        r.count(start * n, n)
+        r.count(end * n, n)
+        r.numbers.add(f"{end - start:+.2f}")
+        deltas.append(end - start)
+    mean = sum(deltas) / len(deltas)
+    r.must = [f"{mean:+.2f}"]
+    r.numbers.update(r.must)
+    r.ints(len(cells), p["steps"], p["pool"])
+    r.verdict = "pass" if mean >= 0.30 else "fail"
+    return r
+
+
+def read_demonstration(path: Path, args: list[str]) -> Reading:
+    """bench/demonstration.py's cells: ARGS[0] lists `X-Y` differences (comma-separated), ARGS[1] the
+    held-out records pooled (`heldout`, `heldout_fresh`, joined by +); the stated target, X - none >=
+    +0.05 with an interval excluding 0."""
+    r = Reading(criterion={"+0.05", "0"})
+    cells = [_load(p) for p in sorted(path.glob("*-s*.json"))]
+    keys = tuple(args[1].split("+"))
+    verdicts = set()
+    for pair in args[0].split(","):
+        a, b = pair.split("-")
+        x, y = (demo_outcomes([c for c in cells if c["condition"] == k], keys) for k in (a, b))
+        d = seed_game_difference(x, y)
+        r.must += r.interval(d.interval, signed=True)
+        r.interval(seed_game_rate(x)[0], signed=False)
+        r.interval(seed_game_rate(y)[0], signed=False)
+        for _, v in d.per_seed:
+            r.signed(v)
+        verdicts.add(_difference_verdict(d.interval, 0.05))
+    p = cells[0]["protocol"]
+    r.ints(len({c["seed"] for c in cells}), p["pool"], p["steps"], p["samples"], p["heldout"] * len(keys))
+    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed"
+    return r
+
+
+def read_sensitivity(path: Path, args: list[str]) -> Reading:
+    """bench/sensitivity.py's cells of setting ARGS[0] for the guidance kinds ARGS[1:] (the first
+    is the one judged): its lift over none (the row's headline) and over the unrelated control text of
+    the same length (the verdict: shown when that interval excludes 0), paired bootstrap over games."""
+    r = Reading(criterion={"0"})
+    setting, kinds = args[0], args[1:]
+    cells = {k: _load(path / f"{setting}-{k}.json") for k in {*kinds, "none", "control"}}
+    for c in cells.values():
+        r.count(c["successes"], c["episodes"])
+        r.rate(c["success"])
+    for a in cells:
+        for b in cells:
+            if a != b:
+                for x in paired_bootstrap(cells[a]["per_task"], cells[b]["per_task"]):
+                    r.signed(x)
+    head = paired_bootstrap(cells[kinds[0]]["per_task"], cells["none"]["per_task"])
+    r.must = [f"{x:+.3f}" for x in head]
+    _, lo, _ = paired_bootstrap(cells[kinds[0]]["per_task"], cells["control"]["per_task"])
+    games = cells["none"]["probe_tasks"]
+    r.ints(len(games), cells["none"]["episodes"] // len(games))
+    r.verdict = "shown" if lo > 0 else "not shown"
+    return r
+
+
+def read_stage0(path: Path, args: list[str]) -> Reading:
+    """A bench/stage0.py folder (one pick, or the first grid): every cell's wins, rates and likelihood
+    gaps, expert - control where both ran; the row shows the best expert cell. Verdict: stage0.py's
+    own (a pass of any combination passes the folder)."""
+    r = Reading(criterion={f"{v:.2f}" for v in PASS.values()} | {f"{v}" for v in PASS.values()})
+    r.criterion |= {"+0.10"}
+    cells = {p.stem: _load(p) for p in sorted(path.glob("*.json"))}
+    assert cells, f"{path}: no cells"
+    for c in cells.values():
+        r.count(c["successes"], c["episodes"])
+        r.rate(c["success"])
+        gap = c["likelihood_gap"]
+        if gap.get("gap") is not None:
+            r.rate(gap["gap"])
+            r.rate(gap["nll_without"])
+            r.rate(gap["nll_with"])
+            r.ints(gap["pairs"])
+        games = [int(t.rsplit(":", 1)[1]) for t in c["probe_tasks"]]
+        r.ints(len(games), c["episodes"] // len(games), min(games), max(games))
+        r.numbers.add(f"{c['temperature']}")
+    for stem, c in cells.items():
+        if c["kind"] == "expert" and (control := cells.get(stem.replace("-expert", "-control"))):
+            for x in paired_bootstrap(c["per_task"], control["per_task"]):
+                r.signed(x)
+    best = max((c for c in cells.values() if c["kind"] == "expert"), key=lambda c: c["success"], default=None)
+    if best is not None:
+        r.must = [r.count(best["successes"], best["episodes"])]
+    combos = {(c["variant"], c["temperature"], c["placement"]) for c in cells.values() if c["kind"] != "none"}
+    combos |= {
+        (c["variant"], c["temperature"], "turn")
+        for c in cells.values()
+        if c["kind"] == "none" and not any(v == c["variant"] and t == c["temperature"] for v, t, _ in combos)
+    }
+    passes = [verdict(cells, *combo)[1] for combo in sorted(combos)]
+    r.verdict = "pass" if any(passes) else "fail" if all(p is False for p in passes) else "running"
+    return r
+
+
+def read_warm_start(path: Path, args: list[str]) -> Reading:
+    """A `pats warm-start` report: the examples whose target only the guidance names, NLL before and
+    after against the uniform guess; the stated sanity bar (at least 1 nat below uniform)."""
+    r = Reading(criterion={"1"})
+    rep = _load(path / "report.json")
+    for v in rep.values():
+        if isinstance(v, float):
+            r.rate(v)
+    r.ints(rep["examples"], rep["tasks"], rep["measured_examples"])
+    keys = ("nll_necessary_examples_before", "nll_necessary_examples_after", "nll_necessary_uniform")
+    r.must = [f"{rep[k]:.3f}" for k in keys]
+    bar = rep["nll_necessary_examples_after"] <= rep["nll_necessary_uniform"] - 1
+    r.verdict = "fit" if bar else "no fit"
+    return r
+
+
+def read_learning(path: Path, args: list[str]) -> Reading:
+    """bench/learning.py's result file: held-out wins per condition and the informative-group ratio
+    pats/none (target >= 1.5; and held-out pats - none >= +0.10 where a held-out test ran)."""
+    r = Reading(criterion={"1.5", "+0.10"})
+    res = _load(path)
+    ratio = res["comparisons"]["pats-none"]["informative_early_ratio"]
+    r.must = [f"{ratio:.2f}"]
+    r.numbers.update(r.must)
+    for c in res["conditions"].values():
+        if c["heldout"]:
+            r.count(c["heldout"]["successes"], c["heldout"]["episodes"])
+        r.rate(c["informative"])
+    if res["untrained_heldout"]:
+        r.count(res["untrained_heldout"]["successes"], res["untrained_heldout"]["episodes"])
+    s = res["sizes"]
+    r.ints(s["steps"], len(s["seeds"]), s["heldout_tasks"], s["tasks_per_step"], s["group_size"])
+    diff = res["comparisons"]["pats-none"]["heldout_diff"]
+    r.verdict = "pass" if ratio >= 1.5 and (diff is None or diff >= 0.10) else "fail"
+    return r
+
+
+def read_tokens(path: Path, args: list[str]) -> Reading:
+    """bench/tokens.py's result file: prompt tokens per rollout, pats over grow (target <= 0.6)."""
+    r = Reading(criterion={"0.6"})
+    res = _load(path)
+    for v in res["ratios"].values():
+        r.numbers.add(f"{v['per_rollout']:.2f}")
+    r.must = [f"{res['ratios']['pats/grow']['per_rollout']:.2f}"]
+    r.verdict = "pass" if res["ratios"]["pats/grow"]["per_rollout"] <= 0.6 else "fail"
+    return r
+
+
+def read_reviser(path: Path, args: list[str]) -> Reading:
+    """bench/results/reviser/: the row links docs/llm.md's table (held to these files by
+    tests/test_reviser_bench.py) instead of repeating it; only the number of bundles may appear."""
+    r = Reading()
+    for p in path.glob("*.json"):
+        if "bundles" in (res := _load(p)).get("summary", {}):
+            r.ints(res["summary"]["bundles"])
+    return r
+
+
+READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
+    "pilot-heldout": read_pilot_heldout,
+    "pilot-pool": read_pilot_pool,
+    "demonstration": read_demonstration,
+    "sensitivity": read_sensitivity,
+    "stage0": read_stage0,
+    "warm-start": read_warm_start,
+    "learning": read_learning,
+    "tokens": read_tokens,
+    "reviser": read_reviser,
+}
+
+
+@functools.cache
+def read(kind: str, path: Path, args: tuple[str, ...]) -> Reading:
+    """READERS[kind], once per row's data (both tables name the same)."""
+    return READERS[kind](path, list(args))
+
+
+@dataclass
+class Row:
+    doc: str
+    cells: list[str]
+    data: Path
+    kind: str
+    args: list[str]
+    journal: tuple[Path, str]  # the linked file and anchor
+
+    @property
+    def verdict(self) -> str:
+        m = re.match(r"\*\*([^*]+)\*\*", self.cells[3])
+        return m.group(1) if m else ""
+
+
+def summary_rows(doc: str) -> list[Row]:
+    """The rows of the first table under the doc's "Summary" heading."""
+    path = DOCS[doc]
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"#+ Summary\b", line))
+    table = []
+    for line in lines[start + 1 :]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header == COLUMNS, f"{doc}: the summary's columns are {header}"
+    rows = []
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == len(COLUMNS), f"{doc}: {line}"
+        links = {text: (target, title) for text, target, title in LINK.findall(cells[4])}
+        assert "data" in links and "journal" in links, (
+            f"{doc}: a row names its data and journal links: {line}"
+        )
+        target, title = links["data"]
+        kind, *args = title.split()
+        doc_file, _, anchor = links["journal"][0].partition("#")
+        journal = (path.parent / doc_file).resolve() if doc_file else path
+        rows.append(Row(doc, cells, (path.parent / target).resolve(), kind, args, (journal, anchor)))
+    return rows
+
+
+def numbers(text: str) -> list[str]:
+    return NUMBER.findall(text)
+
+
+def slugs(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in path.read_text().splitlines():
+        if m := re.match(r"#{1,6} (.*)", line):
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def check_row(row: Row) -> None:
+    question, setting, result, verdict_cell, _ = row.cells
+    where = f"{row.doc}, row {question!r}"
+    assert row.kind in READERS, f"{where}: no reader {row.kind!r} (one of {sorted(READERS)})"
+    journal, anchor = row.journal
+    assert anchor in slugs(journal), f"{where}: no heading #{anchor} in {journal.name}"
+    assert row.data.is_relative_to(REPO / "bench" / "results"), f"{where}: {row.data} is not a result file"
+    if row.verdict == "running":
+        assert not numbers(result), f"{where}: a running row has no numbers yet: {result}"
+        return
+    assert row.data.exists(), f"{where}: {row.data} does not exist"
+    reading = read(row.kind, row.data, tuple(row.args))
+    for col, text in (("question", question), ("setting", setting), ("result", result)):
+        extra = [n for n in numbers(text) if n not in reading.numbers]
+        assert not extra, f"{where}: {col} has {extra}, which {row.data.name} does not give"
+    missing = [n for n in reading.must if n not in numbers(result)]
+    assert not missing, f"{where}: the result must show {missing} ({row.data.name})"
+    if reading.verdict is not None:
+        assert row.verdict == reading.verdict, (
+            f"{where}: verdict **{row.verdict}**, the numbers say {reading.verdict}"
+        )
+    extra = [n for n in numbers(verdict_cell) if n not in reading.numbers | reading.criterion]
+    assert not extra, f"{where}: the verdict quotes {extra}, neither a result nor the criterion"
+
+
+@pytest.mark.parametrize("doc", list(DOCS))
+def test_every_summary_row_says_what_its_result_file_holds(doc):
+    rows = summary_rows(doc)
+    assert len(rows) >= 10
+    for row in rows:
+        check_row(row)
+
+
+def test_the_readme_and_results_tables_agree():
+    readme, results = (summary_rows(d) for d in DOCS)
+    assert [r.cells[:4] for r in readme] == [r.cells[:4] for r in results]
+    assert [(r.data, r.kind, r.args) for r in readme] == [(r.data, r.kind, r.args) for r in results]
+    assert [r.journal[1] for r in readme] == [r.journal[1] for r in results]
+
+
+def test_every_stage0_folder_and_pilot_campaign_has_a_row():
+    listed = {r.data for r in summary_rows("docs/results.md")}
+    folders = [p for p in (REPO / "bench" / "results").glob("stage0*") if any(p.glob("*.json"))]
+    folders += [p for p in (REPO / "bench" / "results" / "pilot").iterdir() if any(p.glob("*.json"))]
+    assert folders
+    missing = [p.name for p in folders if p.resolve() not in listed]
+    assert not missing, f"result folders without a summary row: {missing}"
+
+
+def test_the_data_each_row_names_is_committed():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    for row in summary_rows("docs/results.md"):
+        if row.verdict == "running":
+            continue
+        rel = row.data.relative_to(REPO)
+        tracked = subprocess.run(
+            ["git", "ls-files", "--", str(rel)], cwd=REPO, capture_output=True, text=True
+        )
+        assert tracked.stdout.strip(), f"{rel} is not committed"
+
+
+def test_a_wrong_number_is_caught():
+    """The check can fail: the transfer pilot's row with the interval first reported (nested, which
+    the crossed design replaces), and with a verdict its numbers do not give."""
+    row = next(
+        r for r in summary_rows("docs/results.md") if r.kind == "pilot-heldout" and "128-159" in r.cells[1]
+    )
+    check_row(row)
+    wrong = Row(row.doc, list(row.cells), row.data, row.kind, row.args, row.journal)
+    wrong.cells[2] = row.cells[2].replace("[-0.008, +0.250]", "[+0.020, +0.219]")
+    assert wrong.cells[2] != row.cells[2]
+    with pytest.raises(AssertionError, match="does not give"):
+        check_row(wrong)
+    wrong.cells[2], wrong.cells[3] = row.cells[2], "**pass**: target +0.05"
+    with pytest.raises(AssertionError, match="the numbers say not resolved"):
+        check_row(wrong)
