@@ -77,10 +77,11 @@ def test_every_cell_has_the_transfer_pilots_trainer_and_the_same_evaluation(plan
         assert (tr.lr, tr.tasks_per_step, tr.group_size) == (1e-3, 4, 8)
         assert s.policy.lora.top_layers == 8 and s.policy.lora.rank == 16
         assert s.scaffold.initial_bank is None
-        # held-out: 32 games x 4 sampled episodes, the untrained policy first, the endpoint after the last step
+        # held-out: dev 192-223 (unplayed by earlier campaigns) x 4 sampled episodes, the untrained
+        # policy first, the endpoint after the last step
         ev = s.eval
-        sizes = (s.environment.num_eval_tasks, ev.num_tasks, ev.samples_per_task, ev.greedy)
-        assert sizes == (32, 32, 4, False)
+        assert s.eval_tasks() == slice(192, 224)
+        assert (ev.samples_per_task, ev.greedy) == (4, False)
         assert ev.at_start and not ev.pool
         assert tr.steps % ev.every == 0 and tr.steps // ev.every == 1  # evaluated once, after the last step
 

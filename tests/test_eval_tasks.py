@@ -63,3 +63,47 @@ def test_more_tasks_than_the_split_has_are_refused_with_its_size(repo):
         play(repo, 12)
     with pytest.raises(PrerequisiteError, match="(?s)cannot list 12 eval tasks: .*write at most 10"):
         play(repo, 12, refuse_past_fold=True)
+
+
+def test_eval_first_task_moves_the_runs_evaluations_and_pats_evals_default(repo, tmp_path, monkeypatch):
+    """A campaign skips held-out games earlier ones played: the run's own evaluations and `pats eval`
+    by default play [first_task, first_task + num_tasks); `pats eval --first` plays others."""
+    from pats.engine import evaluate
+    from pats.engine.run import run_spec
+    from pats.logging.events import EvalEvent, read_events
+    from pats.testing.sweep import scripted_trainers
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=1", "eval.first_task=2", "eval.num_tasks=2", "environment.num_eval_tasks=4",
+         "eval.gap_tasks=0", "logging.wandb=disabled", "logging.progress=false", f"logging.root={tmp_path}"],
+    )  # fmt: skip
+    assert spec.eval_tasks() == slice(2, 4)
+    run_dir = run_spec(spec, scripted_trainers())
+    evals = read_events(run_dir / "events.jsonl", EvalEvent)
+    assert evals and all(sorted(e.outcomes) == ["fake:eval:1002", "fake:eval:1003"] for e in evals)
+
+    monkeypatch.setattr(evaluate, "make_env_factory", lambda s: lambda: FakeEnv(num_tasks=FOLD))
+    monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
+
+    def played(**kwargs) -> list[str]:
+        evaluate.evaluate_run(run_dir, say=lambda line: None, **kwargs)
+        record = evaluate.EvalOutcomes.model_validate_json(
+            evaluate.outcomes_path(run_dir, "eval").read_text()
+        )
+        return sorted(record.outcomes)
+
+    assert played() == ["fake:eval:1002", "fake:eval:1003"]
+    assert played(first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
+
+
+def test_eval_first_task_past_the_listed_tasks_is_refused_with_the_size_to_write(repo):
+    with pytest.raises(SpecError, match="set environment.num_eval_tasks to at least 192"):
+        load_spec(
+            repo / "experiments/quickstart.yaml",
+            ["eval.first_task=160", "eval.num_tasks=32", "environment.num_eval_tasks=128"],
+        )
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml", ["eval.first_task=160", "environment.num_eval_tasks=192"]
+    )
+    assert spec.eval_tasks() == slice(160, 192)  # num_tasks unset: the rest of the listed tasks

@@ -227,7 +227,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from pats.engine.evaluate import eval_path, evaluate_run
 
     metrics = evaluate_run(
-        Path(args.run_dir), split=args.split, num_tasks=args.tasks, with_scaffold=args.with_scaffold
+        Path(args.run_dir),
+        split=args.split,
+        num_tasks=args.tasks,
+        with_scaffold=args.with_scaffold,
+        first_task=args.first,
     )
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4f}")
@@ -376,8 +380,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tasks",
         type=int,
-        help="number of tasks, the split's first N, even past the spec's environment.num_eval_tasks "
-        "(default: the spec's eval size); more than the split has is refused",
+        help="number of tasks, even past the spec's environment.num_eval_tasks (default: the spec's eval "
+        "size); more than the split has is refused",
+    )
+    p.add_argument(
+        "--first",
+        type=int,
+        metavar="I",
+        help="index of the first task played (default: the spec's eval.first_task on the eval split, "
+        "0 on train), e.g. --first 160 --tasks 32 plays tasks 160-191",
     )
     p.add_argument("--with-scaffold", action="store_true", help="also evaluate with the final scaffold")
     p.set_defaults(func=cmd_eval)

@@ -151,14 +151,24 @@ def _fold_of_at_least(spec: ExperimentSpec, split: str, count: int) -> Experimen
 
 
 async def _evaluate(
-    run_dir: Path, split: str, num_tasks: int | None, with_scaffold: bool, say: Callable[[str], None]
+    run_dir: Path,
+    split: str,
+    num_tasks: int | None,
+    first_task: int | None,
+    with_scaffold: bool,
+    say: Callable[[str], None],
 ) -> dict[str, float]:
     spec, state = load_run(run_dir)
     if state is None:
         raise PrerequisiteError(f"{run_dir} has no checkpoint yet; train first (pats run ...)")
-    count = num_tasks or spec.eval.num_tasks or spec.environment.num_eval_tasks
+    played = spec.eval_tasks()  # the run's own evaluations' tasks: the defaults on the eval split
+    if first_task is None:
+        first_task = played.start if split == "eval" else 0
+    count = num_tasks or played.stop - played.start
     scaffold_dir = run_dir / "scaffold" if with_scaffold else None
-    held = await play_heldout(spec, state, split, 0, count, spec.trainer.tasks_per_step, say, scaffold_dir)
+    held = await play_heldout(
+        spec, state, split, first_task, count, spec.trainer.tasks_per_step, say, scaffold_dir
+    )
     metrics = rollout_metrics(held.bare, "eval")
     if held.scaffolded is not None:
         metrics |= rollout_metrics(held.scaffolded, "eval_with_scaffold")
@@ -183,6 +193,8 @@ def evaluate_run(
     num_tasks: int | None = None,
     with_scaffold: bool = False,
     say: Callable[[str], None] = _say,
+    first_task: int | None = None,
 ) -> dict[str, float]:
-    """The metrics (also written to `eval_path(run_dir, split)`); `say` gets the progress lines."""
-    return asyncio.run(_evaluate(run_dir, split, num_tasks, with_scaffold, say))
+    """The metrics (also written to `eval_path(run_dir, split)`); `say` gets the progress lines. The
+    tasks are the run's own evaluations' (`eval.first_task`, `eval.num_tasks`) unless given."""
+    return asyncio.run(_evaluate(run_dir, split, num_tasks, first_task, with_scaffold, say))

@@ -133,7 +133,7 @@ async def train(
     backend = (backend_for or make_backend)(spec, make_env)
     env = make_env()  # lists tasks and expert plans; episodes get their own instances
     train_tasks, eval_tasks = env.tasks("train"), env.tasks("eval")
-    eval_tasks = eval_tasks[: spec.eval.num_tasks or len(eval_tasks)]
+    eval_tasks = eval_tasks[spec.eval_tasks()]
     start = state.step + 1 if state else 0  # the first step this invocation trains
     count_tokens = count_tokens or token_counter(spec.policy.model)
     if state:

@@ -441,7 +441,14 @@ class EvalSpec(SpecModel):
     every: int = Field(10, ge=1, description="Evaluate every k training steps (and after the last).")
     at_start: bool = Field(True, description="Also evaluate the untrained policy.")
     num_tasks: int | None = Field(
-        None, ge=1, description="Held-out tasks; unset uses environment.num_eval_tasks."
+        None, ge=1, description="Held-out tasks; unset uses environment.num_eval_tasks (less first_task)."
+    )
+    first_task: int = Field(
+        0,
+        ge=0,
+        description="Index of the first held-out task played: evaluations play the eval split's tasks "
+        "[first_task, first_task + num_tasks), so a campaign can skip games earlier campaigns used. "
+        "environment.num_eval_tasks must reach past them.",
     )
     samples_per_task: int = Field(1, ge=1)
     greedy: bool = Field(True, description="Greedy actions; false samples at the policy temperature.")
@@ -547,6 +554,11 @@ class ExperimentSpec(SpecModel):
             )
         return self
 
+    def eval_tasks(self) -> slice:
+        """Which of the eval split's tasks (the environment lists num_eval_tasks) evaluations play."""
+        first = self.eval.first_task
+        return slice(first, first + (self.eval.num_tasks or self.environment.num_eval_tasks - first))
+
     def probe_count(self) -> int:
         """Rollouts per group that run without the scaffold."""
         if self.scaffold.mode == "none":
@@ -593,6 +605,16 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
                     f"remove scaffold.{key} or pick mode pats, grow or static",
                 )
             )
+    first, listed = spec.eval.first_task, spec.environment.num_eval_tasks
+    if first and first + (spec.eval.num_tasks or 1) > listed:
+        out.append(
+            (
+                "eval.first_task",
+                f"evaluations play held-out tasks from {first} on, but the environment lists "
+                f"{listed} (environment.num_eval_tasks); set environment.num_eval_tasks to at least "
+                f"{first + (spec.eval.num_tasks or 1)} or lower eval.first_task",
+            )
+        )
     if sc.mode == "static" and sc.initial_bank is None:
         out.append(
             (

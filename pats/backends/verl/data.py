@@ -81,15 +81,15 @@ def write_parquet(rows: Sequence[dict], path: Path) -> Path:
 
 
 def write_task_data(spec: ExperimentSpec, out: Path) -> tuple[Path, Path]:
-    """`out/train.parquet` (every training task) and `out/val.parquet` (the first `eval.num_tasks`
-    held-out tasks). Lists the environment's tasks, so it needs the environment's data (ALFWorld's
+    """`out/train.parquet` (every training task) and `out/val.parquet` (the held-out tasks
+    evaluations play: `eval.first_task` on, `eval.num_tasks` of them). Lists the environment's tasks, so it needs the environment's data (ALFWorld's
     games, a QA set) on this machine."""
     import pats.envs  # noqa: F401  (registers the built-in environments)
     from pats.registry import ENVIRONMENTS
 
     env = ENVIRONMENTS.get(spec.environment.kind)(spec.environment)
     train, held_out = env.tasks("train"), env.tasks("eval")
-    held_out = held_out[: spec.eval.num_tasks or len(held_out)]
+    held_out = held_out[spec.eval_tasks()]
     kind = spec.environment.kind
     val = task_rows(held_out, kind, validation=True)
     if spec.eval.with_scaffold and spec.scaffold.mode != "none":
