@@ -62,6 +62,12 @@ def _convert_embedded(target: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         tmp.rename(target)  # atomic: a crash mid-save never leaves a half-written cache
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").is_file():
+            raise
+        # Another process (a second run, a vLLM server started beside it) converted the same model
+        # first and its rename won: the same bytes, already in place.
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
