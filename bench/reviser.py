@@ -14,7 +14,9 @@ it as the review calls it (pats' prompts, parsing and schema), once: the review'
 validator's errors and its rules fallback are left out, so the numbers are the model's first answers.
 Per bundle (bench/reviser_score.py): parsed, edits proposed, edits the validator accepts and the rules
 that refuse the others, citations valid, the type's scaffold tokens after the valid edits, LLM calls,
-tokens and seconds. A table is printed and the rows go to bench/results/reviser/<label>.json.
+tokens (prompt and completion apart) and seconds; the summary prices the tokens in USD by LiteLLM's
+offline cost map (None, with the reason, for a model it does not know, such as any self-hosted one). A
+table is printed and the rows go to bench/results/reviser/<label>.json.
 
 `--serve` starts a server on the embedded model for the run (pats.testing.ServedModel for
 `transformers serve`, which takes no schema; pats.testing.VLLMServer, from the `<venv>-vllm` venv or
@@ -41,9 +43,26 @@ OUT = RESULTS / "reviser"
 SERVED_KEY = "PATS_BENCH_SERVED_KEY"  # openai/ sends a key; transformers serve ignores it
 
 
-def summary(rows: list[BundleScore]) -> dict:
+def cost(rows: list[BundleScore], model: str | None) -> tuple[float | None, str]:
+    """(USD, why not): the rows' LLM tokens priced by LiteLLM's offline cost map (`pats.lm.usd_cost`);
+    0 without LLM calls (the rules reviser), None with the reason where they cannot be priced."""
+    if not any(r.calls for r in rows):
+        return 0.0, "no LLM calls"
+    if model is None:
+        return None, "no model named to price"
+    if any(r.llm_tokens != r.prompt_tokens + r.completion_tokens for r in rows):
+        return None, "rows without prompt and completion tokens apart"
+    from pats.lm import usd_cost
+
+    usd = usd_cost(model, sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows))
+    return (usd, "") if usd is not None else (None, f"LiteLLM's offline cost map does not know {model}")
+
+
+def summary(rows: list[BundleScore], model: str | None = None) -> dict:
+    """The rows counted; `model` (the LLM's LiteLLM model string, None for the rules) prices them."""
     parsed = [r for r in rows if r.parsed]
     calls = sum(r.calls for r in rows)
+    usd, why = cost(rows, model)
     return {
         "bundles": len(rows),
         "parsed": len(parsed),
@@ -60,10 +79,14 @@ def summary(rows: list[BundleScore]) -> dict:
         if calls
         else sum(r.seconds for r in rows) / max(len(rows), 1),
         "refusing_rules": sorted({rule for r in rows for rule in r.rules}),
+        "prompt_tokens": sum(r.prompt_tokens for r in rows),
+        "completion_tokens": sum(r.completion_tokens for r in rows),
+        "usd": usd,  # all calls together; None: not priced, `usd_note` says why
+        "usd_note": why,
     }
 
 
-def table(label: str, rows: list[BundleScore]) -> str:
+def table(label: str, rows: list[BundleScore], model: str | None = None) -> str:
     head = f"{'bundle':58} {'mode':8} {'parsed':6} {'edits':>5} {'valid':>5} {'set':>3} {'cites':>5} {'tok':>9} {'llm_tok':>7} {'s':>7}  rules"
     lines = [f"== {label}", head]
     for r in rows:
@@ -73,13 +96,14 @@ def table(label: str, rows: list[BundleScore]) -> str:
             f"{'ok' if r.set_valid else '-':>3} {cites:>5} {f'{r.tokens_before}>{r.tokens_after}':>9} {r.llm_tokens:7} "
             f"{r.seconds:7.1f}  {','.join(sorted(set(r.rules))) or (r.error[:60] if r.error else '')}"
         )
-    s = summary(rows)
+    s = summary(rows, model)
+    usd = f"USD {s['usd']:.4f}" if s["usd"] is not None else f"USD unknown ({s['usd_note']})"
     lines.append(
         f"parsed {s['parsed']}/{s['bundles']}, sets valid {s['sets_valid']}/{s['bundles']} at the first answer "
         f"and {s['sets_valid_after_retry']}/{s['bundles']} after the retry, edits valid "
         f"{s['edits_valid']}/{s['edits_proposed']}, citations valid {s['citations_valid']}/{s['parsed']}, scaffold "
         f"tokens {s['tokens_before']} -> {s['tokens_after']}, {s['tokens_per_call']:.0f} tokens and "
-        f"{s['seconds_per_call']:.1f} s per call"
+        f"{s['seconds_per_call']:.1f} s per call, {usd}"
     )
     return "\n".join(lines)
 
@@ -128,6 +152,7 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
 
     counters: dict = {}
     rows: list[BundleScore] = []
+    model = meta["llm"]["model"] if meta["reviser"] == "llm" else None  # what the USD are priced by
     path = OUT / f"{label}.json"
     for b in bundles:
         if b.policy_model not in counters:
@@ -142,11 +167,11 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
             **meta,
             "label": label,
             "complete": len(rows) == len(bundles),
-            "summary": summary(rows),
+            "summary": summary(rows, model),
             "rows": [r.model_dump(mode="json") for r in rows],
         }
         path = write_result(label, result, OUT)
-    print(table(label, rows))
+    print(table(label, rows, model))
     print(f"wrote {path}")
     return path
 

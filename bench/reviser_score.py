@@ -10,7 +10,8 @@ reviser could not read raises JudgeError and is not parsed), the edits proposed,
 problem names (`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review
 applies), the refusing rules by name, whether the citations keep the citation rules, and the type's
 scaffold tokens before and after applying the valid edits (counted with the run's policy tokenizer).
-Calls, tokens and seconds are the reviser's own `usage()` over the call.
+Calls, tokens (prompt and completion apart, and their sum) and seconds are the reviser's own `usage()`
+over the call.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class BundleScore(Record):
     tokens_after: int = 0  # ... after applying the valid edits
     calls: int = 0
     llm_tokens: int = 0  # prompt + completion, as the server reported them
+    prompt_tokens: int = 0  # of llm_tokens, the prompts' (0 in results written before they were split)
+    completion_tokens: int = 0  # ... and the answers'
     seconds: float = 0.0
 
 
@@ -123,5 +126,7 @@ def score(bundle: ReviserBundle, reviser, count: TokenCounter) -> BundleScore:
         **fields,
         calls=used.calls,
         llm_tokens=used.tokens,
+        prompt_tokens=used.prompt_tokens,
+        completion_tokens=used.completion_tokens,
         seconds=used.seconds if used.calls else seconds,
     )

@@ -377,13 +377,31 @@ def retry_after(exc: BaseException) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def _tokens(usage: dict[str, dict[str, Any]] | None) -> int:
-    """Prompt + completion tokens in DSPy's usage by LM (0 where the server or the response cache
+def _tokens(usage: dict[str, dict[str, Any]] | None) -> tuple[int, int]:
+    """(prompt, completion) tokens in DSPy's usage by LM (0 where the server or the response cache
     reported none)."""
-    return sum(
-        int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
-        for u in (usage or {}).values()
+    used = (usage or {}).values()
+    return (
+        sum(int(u.get("prompt_tokens") or 0) for u in used),
+        sum(int(u.get("completion_tokens") or 0) for u in used),
     )
+
+
+def usd_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """What `prompt_tokens` and `completion_tokens` of `model` (a LiteLLM model string) cost in USD by
+    LiteLLM's offline cost map, read without a download; None where the map does not know the model
+    (any self-hosted one: `hosted_vllm/...`, or `openai/...` naming a server's own model)."""
+    _prepare_litellm()
+    import litellm
+    from litellm.exceptions import ModelNotMappedError
+
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+    except ModelNotMappedError:
+        return None
+    return prompt + completion
 
 
 # -- structured output probe -------------------------------------------------------------------------
@@ -483,9 +501,10 @@ class LLMCaller:
         self.last_error: BaseException | None = None  # the fault behind the last JudgeError raised
         self.calls = 0
         self.seconds = 0.0
-        # Prompt + completion tokens of every answer, as the server reported them: an answer that could
-        # not be parsed cost its tokens too.
-        self.tokens = 0
+        # Prompt and completion tokens of every answer, as the server reported them: an answer that
+        # could not be parsed cost its tokens too. `tokens` is their sum.
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self._tokens_lock = threading.Lock()  # answers are counted from the worker threads
         self.structured: bool | None = {"on": True, "off": False}.get(spec.structured)
         self.probe = PLAIN_PROBE  # the reviser and the judge set their own schema's (`Probe`)
@@ -498,11 +517,17 @@ class LLMCaller:
         # Own threads: the loop's default executor has min(32, cpus + 4) workers and is shared.
         self._executor = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="pats-llm")
 
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
     def usage(self) -> LLMUsage:
         return LLMUsage(
             calls=self.calls,
             seconds=self.seconds,
             tokens=self.tokens,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
             faults=sum(self.faults.values()),
             malformed=self.faults["malformed"],
             timeouts=self.faults["timeout"],
@@ -622,11 +647,12 @@ class LLMCaller:
                 requests = 0 if fault_kind(exc) == "malformed" else 1
                 raise
             finally:
-                used = _tokens(tracker.get_total_tokens())
+                prompt, completion = _tokens(tracker.get_total_tokens())
                 requests += sum(len(entries) for entries in tracker.usage_data.values())
                 sent[0] = requests
                 with self._tokens_lock:
-                    self.tokens += used
+                    self.prompt_tokens += prompt
+                    self.completion_tokens += completion
 
     def _lm_for(self, attempt: int) -> Any:
         """The LM for this attempt. With the response cache on, a retry must not get the cached copy

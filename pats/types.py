@@ -336,6 +336,8 @@ class LLMUsage(Record):
     calls: int = 0  # every request sent: answered, malformed or failed (faults are among them)
     seconds: float = 0.0  # their summed latency, failed ones included
     tokens: int = 0  # prompt + completion tokens the server reported, malformed answers included
+    prompt_tokens: int = 0  # of the tokens, those of the prompts
+    completion_tokens: int = 0  # ... and those of the answers
     faults: int = 0  # failed attempts (each retried or given up)
     malformed: int = 0  # of the faults, answers that arrived but could not be parsed or used
     timeouts: int = 0  # of the faults, requests not answered within llm.timeout_s (a slow or loaded server)

@@ -9,7 +9,7 @@ import dspy
 import pytest
 
 from pats.errors import JudgeError, PrerequisiteError
-from pats.lm import LLMCaller, MalformedAnswer, build_lm, mask_secrets
+from pats.lm import LLMCaller, MalformedAnswer, build_lm, mask_secrets, usd_cost
 from pats.spec.models import LLMSpec
 from pats.testing import ScriptedOpenAIServer
 
@@ -122,6 +122,23 @@ async def test_every_answer_costs_its_tokens_an_unusable_one_too():
     reported = sum(a.tokens for a in server.answered)
     assert len(server.answered) == 3 and all(a.tokens > 0 for a in server.answered)
     assert (usage.calls, usage.faults, usage.malformed, usage.tokens) == (3, 2, 2, reported)
+    # ... split as the server reported it: prompt and completion apart, their sum the total
+    completion = sum(a.completion_tokens for a in server.answered)
+    assert 0 < completion < reported
+    assert (usage.prompt_tokens, usage.completion_tokens) == (reported - completion, completion)
+    assert caller.tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_usd_by_litellms_offline_cost_map():
+    import litellm  # its cost map is the copy it ships (LITELLM_LOCAL_MODEL_COST_MAP, set in conftest)
+
+    prompt, completion = litellm.cost_per_token(
+        model="openai/gpt-4o-mini", prompt_tokens=1000, completion_tokens=200
+    )
+    assert usd_cost("openai/gpt-4o-mini", 1000, 200) == prompt + completion > 0
+    assert usd_cost("openai/gpt-4o-mini", 0, 0) == 0
+    assert usd_cost("hosted_vllm/smollm2-135m-instruct", 1000, 200) is None, "a self-hosted model"
+    assert usd_cost("openai/scripted", 1000, 200) is None
 
 
 async def test_parse_rejection_is_retried():

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from reviser import llm_reviser, rules_reviser, summary  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
-from reviser_score import score  # noqa: E402
+from reviser_score import BundleScore, score  # noqa: E402
 
-from pats.scaffold.problems import named_edits, rule_of
+from pats.lm import usd_cost  # noqa: E402
+from pats.scaffold.problems import named_edits, rule_of  # noqa: E402
 from pats.testing import ScriptedOpenAIServer  # noqa: E402
 from pats.types import EvidenceCard, ScaffoldEntry  # noqa: E402
 
@@ -51,7 +52,8 @@ def test_bundles_load_into_the_revisers_records(bundles):
 def test_the_rules_reviser_passes_its_own_validator_on_every_bundle(bundles):
     rows = [score(b, rules_reviser(b), words) for b in bundles]
     assert all(r.parsed and r.set_valid and r.citations_valid for r in rows), [r.problems for r in rows]
-    assert summary(rows)["calls"] == 0
+    s = summary(rows)
+    assert s["calls"] == 0 and (s["usd"], s["usd_note"]) == (0.0, "no LLM calls"), "the rules cost nothing"
 
 
 def test_rule_names_and_edit_indices_from_the_validators_messages():
@@ -88,6 +90,8 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
     assert (good.proposed, good.valid_edits, good.calls) == (1, 1, 1)
     assert good.tokens_before == before and good.tokens_after == before + words(add["text"])
     assert good.llm_tokens > 0 and good.seconds > 0
+    assert good.prompt_tokens > 0 and good.completion_tokens > 0
+    assert good.llm_tokens == good.prompt_tokens + good.completion_tokens
 
     assert not malformed.parsed and malformed.error and malformed.calls == 1
     assert malformed.citations_valid is None and malformed.tokens_after == before
@@ -105,6 +109,25 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
         2,
         1,
     )
+
+    # USD where LiteLLM's offline cost map knows the model, None with the reason where it does not
+    rows = [good, malformed, invalid]
+    prompt, completion = sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows)
+    assert (s["prompt_tokens"], s["completion_tokens"]) == (prompt, completion)
+    priced = summary(rows, "openai/gpt-4o-mini")
+    assert priced["usd"] == usd_cost("openai/gpt-4o-mini", prompt, completion) > 0 and not priced["usd_note"]
+    unknown = summary(rows, "hosted_vllm/smollm2-135m-instruct")
+    assert unknown["usd"] is None and "does not know hosted_vllm/smollm2-135m-instruct" in unknown["usd_note"]
+    assert summary(rows)["usd"] is None, "calls without a model named are not priced"
+
+
+def test_results_written_before_the_token_split_still_read_and_are_not_priced():
+    results = Path(__file__).resolve().parents[1] / "bench" / "results" / "reviser"
+    old = json.loads((results / "vllm-embedded-uncompiled-structured_on.json").read_text())
+    rows = [BundleScore.model_validate(r) for r in old["rows"]]
+    assert any(r.llm_tokens for r in rows) and not any(r.prompt_tokens or r.completion_tokens for r in rows)
+    s = summary(rows, "openai/gpt-4o-mini")
+    assert s["usd"] is None and "apart" in s["usd_note"], "a total cannot be priced as prompt or completion"
 
 
 def test_the_oracle_answer_passes_schema_parser_and_validator_on_every_bundle(bundles):

@@ -64,6 +64,7 @@ class Answered(NamedTuple):
     status: int
     tokens: int  # prompt + completion tokens in the body's usage (0 for an error or a broken body)
     kind: str  # "preflight", "probe" or "script"
+    completion_tokens: int = 0  # of the tokens, the answer's (the rest are the prompt's)
 
 
 def count_tokens(text: str) -> int:
@@ -213,10 +214,10 @@ class ScriptedOpenAIServer:
             "kind": "invalid_request_error",
         }
 
-    def _log(self, status: int, tokens: int, body: dict[str, Any]) -> None:
+    def _log(self, status: int, tokens: int, body: dict[str, Any], completion_tokens: int = 0) -> None:
         kind = "preflight" if _is_preflight(body) else "probe" if _is_probe(body) else "script"
         with self._lock:
-            self.answered.append(Answered(status, tokens, kind))
+            self.answered.append(Answered(status, tokens, kind, completion_tokens))
 
     def _enter(self) -> None:
         with self._lock:
@@ -365,7 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
         else:
             answer = completion(str(item.get("text", "")), model, prompt)
-            double._log(200, answer["usage"]["total_tokens"], body)
+            usage = answer["usage"]
+            double._log(200, usage["total_tokens"], body, usage["completion_tokens"])
             self._send(200, answer)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
