@@ -1,7 +1,7 @@
 """The reviser benchmark's own checks: an oracle row and a perturbation table.
 
 - Oracle (`oracle_row`): a known-good answer for a bundle, the rules reviser's accepted edits written
-  in card names (citations in the cards' order, as the schema asks), served by the scripted OpenAI
+  in card names (citations in the cards' order, as the schema asks, at most its CITES_MAX), served by the scripted OpenAI
   server through the LLM reviser's whole path (schema sent as response_format, JSON adapter, card names
   mapped back, the review's check). It passes when the answer keeps to the schema the reviser sent, is
   parsed, and the check accepts it: so schema, adapter, parser and validator are shown to let a good
@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from reviser_bundles import ReviserBundle
 
+from pats.lm import CITES_MAX
 from pats.protocols import TokenCounter
 from pats.review import check_edits
 from pats.reviser.llm import revise_call
@@ -61,7 +62,12 @@ def oracle_row(bundle: ReviserBundle, count: TokenCounter) -> dict:
     from pats.testing import ScriptedOpenAIServer
 
     call = revise_call(_prompt(), bundle.assessment, bundle.cards, bundle.entries, _settings(bundle))
-    good = call.aliases.in_order(rules_edits(bundle), bundle.entries)
+    # At most CITES_MAX citations an edit, the schema's cap (the rules reviser withdraws an entry citing
+    # every card the judge's grade cited: 6 in an LLM-judge bundle); its first ones in the cards' order.
+    good = [
+        e.model_copy(update={"cites": e.cites[:CITES_MAX]})
+        for e in call.aliases.in_order(rules_edits(bundle), bundle.entries)
+    ]
     answer = {"edits": [e.model_dump(mode="json") for e in call.aliases.to_names(good)]}
     with ScriptedOpenAIServer([json.dumps(answer)], structured=True) as server:
         llm = {"model": "hosted_vllm/oracle", "api_base": server.base_url, "api_key_env": None, "timeout_s": 30.0,
