@@ -56,7 +56,14 @@ from sensitivity import setting_spec  # noqa: E402
 from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 LRS = (1e-3, 3e-4, 1e-4)
-PER_RUN = ("stage", "seeds", "report_only", "threads", "check")  # how a run was made, not what it measures
+PER_RUN = (
+    "stage",
+    "seeds",
+    "report_only",
+    "threads",
+    "check",
+    "keep_adapters",
+)  # how a run was made, not what it measures
 CAMPAIGN = "twc1-pilot"  # the 135M policy's committed campaign
 # Keys the base spec or each cell gets from a flag or the grid: `--set` may not change them (the flag's
 # value would be overwritten, or stay in the protocol while another value ran).
@@ -152,6 +159,25 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
         "heldout": heldout_record(held),
         "distinct_games": distinct_games(run_dir),
     }
+
+
+def keep_adapter(args, cell: str, folder: Path) -> Path | None:
+    """Copy a trained cell's final LoRA adapter (~2 MB) beside its result file, once, so that it can
+    be committed and played on other games (`policy.init_adapter=<folder>/<cell>-adapter`)."""
+    import shutil
+
+    from pats.engine.run import latest_checkpoint
+
+    out = folder / f"{cell}-adapter"
+    if out.is_dir():
+        return out
+    state = latest_checkpoint(REPO / "bench" / "runs" / "pilot" / args.campaign / cell)
+    adapter = Path(state.path) / "policy" / "adapter" if state else None
+    if adapter is None or not adapter.is_dir():
+        print(f"{cell}: no adapter to keep (its run folder or final checkpoint is gone)", file=sys.stderr)
+        return None
+    shutil.copytree(adapter, out)
+    return out
 
 
 def distinct_games(run_dir: Path) -> int:
@@ -341,6 +367,12 @@ def main(argv=None) -> None:
                  f"records. Without --campaign, cells go to bench/results/pilot/{CAMPAIGN}-<each override's last key "
                  "part and value, letters and digits only, joined by '-'>/ (for the example: "
                  f"{CAMPAIGN}-modelQwenQwen2515BInstruct-devicecuda)")  # fmt: skip
+    p.add_argument(
+        "--keep-adapters",
+        action="store_true",
+        help="copy each trained cell's final LoRA adapter to <cell>-adapter/ beside its result "
+        "file (~2 MB each, to commit), also for cells that finished before",
+    )
     p.add_argument("--check", action="store_true",
                    help="build and validate the base spec, print the cells' folder, and stop (nothing loads)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="print the table from the cell files")
@@ -381,13 +413,14 @@ def main(argv=None) -> None:
                 )
             for lr, top in plan:
                 out = folder / f"{cell_name(lr, top, seed)}.json"
-                if out.is_file():
-                    continue
-                result = train_cell(args, lr, top, seed, spec_file) | {"protocol": protocol}
-                out.write_text(json.dumps(result, indent=1) + "\n")
-                print(f"{result['cell']}: pool {pool_change(result)}, "
-                      f"held-out {result['heldout']['successes']:.0f}/{result['heldout']['episodes']} "
-                      f"({result['seconds']} s)", flush=True)  # fmt: skip
+                if not out.is_file():
+                    result = train_cell(args, lr, top, seed, spec_file) | {"protocol": protocol}
+                    out.write_text(json.dumps(result, indent=1) + "\n")
+                    print(f"{result['cell']}: pool {pool_change(result)}, "
+                          f"held-out {result['heldout']['successes']:.0f}/{result['heldout']['episodes']} "
+                          f"({result['seconds']} s)", flush=True)  # fmt: skip
+                if args.keep_adapters:
+                    keep_adapter(args, cell_name(lr, top, seed), folder)
     cells = load_cells(folder)
     table = summarize(cells)
     folder.mkdir(parents=True, exist_ok=True)

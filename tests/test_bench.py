@@ -724,3 +724,29 @@ def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, m
     # none (no guidance) is played once a temperature, with the first placement given
     assert played == [("twc", 1.0, "system", ("none", "expert", "control", "family")),
                       ("twc", 1.0, "turn", ("expert", "control", "family"))]  # fmt: skip
+
+
+def test_the_pilot_keeps_a_cells_final_adapter_once(tmp_path, monkeypatch, capsys):
+    import pilot
+
+    from pats.engine.run import Checkpoint
+
+    monkeypatch.setattr(pilot, "REPO", tmp_path)
+    args = argparse.Namespace(campaign="c")
+    run_dir = tmp_path / "bench" / "runs" / "pilot" / "c" / "lr1e-03-top8-s2"
+    step = run_dir / "checkpoints" / "step_000031"
+    (step / "policy" / "adapter").mkdir(parents=True)
+    (step / "policy" / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (step / "policy" / "optimizer.pt").write_bytes(b"not kept")
+    (run_dir / "checkpoints" / "latest.json").write_text(
+        Checkpoint(step=31, path=str(step)).model_dump_json()
+    )
+    folder = tmp_path / "results"
+    kept = pilot.keep_adapter(args, "lr1e-03-top8-s2", folder)
+    assert kept == folder / "lr1e-03-top8-s2-adapter"
+    assert [p.name for p in kept.iterdir()] == ["adapter_model.safetensors"]  # the adapter alone
+    (step / "policy" / "adapter" / "adapter_model.safetensors").write_bytes(b"changed")
+    assert pilot.keep_adapter(args, "lr1e-03-top8-s2", folder) == kept  # kept once, not overwritten
+    assert (kept / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert pilot.keep_adapter(args, "lr1e-03-top8-s3", folder) is None  # no run: said, nothing copied
+    assert "lr1e-03-top8-s3: no adapter to keep" in capsys.readouterr().err
