@@ -156,12 +156,34 @@ def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, wr
     if before is not None and after is not None:  # the preflight and its probe, then every call
         assert after - before == 2 + calls
     if compiled:
-        # The compiled program's answers all passed the validator at the first answer: no refused set, no
-        # fallback. (It answered the empty set at both EXPAND reviews here, on 2026-12-04: valid, and
-        # nothing entered the scaffold; docs/llm.md.)
+        # The compiled program's answers passed the validator at the first answer: no refused set, no
+        # fallback. On these FakeEnv reviews it answered the empty set (valid, nothing entered; both
+        # compiled programs so far, 2026-12-04 and -05); that its edits enter a real run's scaffold is
+        # the next test's, on the shipped spec's twc games.
         assert not refused and not fallbacks, f"refused: {refused}"
         return
     # The LLM's own edits passed the validator and entered the scaffold: a step with applied edits and
     # no fallback (one task type per step here, so the rules reviser wrote none of them).
     by_llm = sorted({e.step for e in edits} - {f.step for f in fallbacks})
     assert by_llm, f"no edit of the LLM's entered the scaffold; the validator refused: {refused}"
+
+
+def test_the_shipped_compiled_reviser_spec_writes_an_edit_that_enters_the_scaffold(
+    vllm, tmp_path, capsys, repo
+):
+    """`experiments/ablations/llm_reviser_embedded.yaml` (the quickstart's real twc games and policy, the
+    program compiled for the embedded model) behind the server, 2 steps: an edit the LLM wrote passed the
+    review's check and entered the scaffold at a step with no fallback. (2026-12-05: an ADD at both steps,
+    2 min 10 s on the 2-core machine; the texts are nonsense, docs/llm.md.)"""
+    code = main(
+        ["run", str(repo / "experiments/ablations/llm_reviser_embedded.yaml"), f"reviser.llm.api_base={vllm.base_url}",
+         "trainer.steps=2", "eval.at_start=false", "eval.every=100", "eval.num_tasks=1",
+         "eval.samples_per_task=1", "eval.gap_tasks=0", "eval.with_scaffold=false", f"logging.root={tmp_path}",
+         "logging.wandb=disabled", "logging.progress=false"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    events = tmp_path / "quickstart-llm-embedded" / "events.jsonl"
+    edits, fallbacks = read_events(events, EditEvent), read_events(events, FallbackEvent)
+    assert read_events(events, StepEndEvent)[-1].metrics["review/llm_calls"] >= 1
+    by_llm = sorted({e.step for e in edits} - {f.step for f in fallbacks})
+    assert by_llm, f"no LLM edit entered the scaffold: edits {edits}, fallbacks {fallbacks}"
