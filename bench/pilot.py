@@ -163,20 +163,26 @@ def train_cell(args, lr: float, top_layers: int | None, seed: int, spec_file: Pa
 
 def keep_adapter(args, cell: str, folder: Path) -> Path | None:
     """Copy a trained cell's final LoRA adapter (~2 MB) beside its result file, once, so that it can
-    be committed and played on other games (`policy.init_adapter=<folder>/<cell>-adapter`)."""
-    import shutil
-
-    from pats.engine.run import latest_checkpoint
+    be committed and played on other games (`policy.init_adapter=<folder>/<cell>-adapter`). Its config
+    names the spec's model, not this machine's cache path (as `pats warm-start` writes it)."""
+    from pats.engine.run import load_run
 
     out = folder / f"{cell}-adapter"
     if out.is_dir():
         return out
-    state = latest_checkpoint(REPO / "bench" / "runs" / "pilot" / args.campaign / cell)
+    run_dir = REPO / "bench" / "runs" / "pilot" / args.campaign / cell
+    spec, state = load_run(run_dir) if (run_dir / "spec.yaml").is_file() else (None, None)
     adapter = Path(state.path) / "policy" / "adapter" if state else None
-    if adapter is None or not adapter.is_dir():
+    if spec is None or adapter is None or not adapter.is_dir():
         print(f"{cell}: no adapter to keep (its run folder or final checkpoint is gone)", file=sys.stderr)
         return None
-    shutil.copytree(adapter, out)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = spec.policy.model
+    tmp = folder / f".{cell}-adapter.tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tmp / "adapter_model.safetensors").write_bytes((adapter / "adapter_model.safetensors").read_bytes())
+    tmp.rename(out)
     return out
 
 

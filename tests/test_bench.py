@@ -726,17 +726,22 @@ def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, m
                       ("twc", 1.0, "turn", ("expert", "control", "family"))]  # fmt: skip
 
 
-def test_the_pilot_keeps_a_cells_final_adapter_once(tmp_path, monkeypatch, capsys):
+def test_the_pilot_keeps_a_cells_final_adapter_once(tmp_path, monkeypatch, capsys, repo):
     import pilot
 
     from pats.engine.run import Checkpoint
+    from pats.spec import load_spec, spec_to_yaml
 
     monkeypatch.setattr(pilot, "REPO", tmp_path)
     args = argparse.Namespace(campaign="c")
     run_dir = tmp_path / "bench" / "runs" / "pilot" / "c" / "lr1e-03-top8-s2"
     step = run_dir / "checkpoints" / "step_000031"
     (step / "policy" / "adapter").mkdir(parents=True)
+    (run_dir / "spec.yaml").write_text(spec_to_yaml(load_spec(repo / "experiments/quickstart.yaml")))
     (step / "policy" / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    config = {"base_model_name_or_path": "/root/.cache/pats/smollm2-135m-instruct", "r": 16}
+    (step / "policy" / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    (step / "policy" / "adapter" / "README.md").write_text("PEFT's model card")
     (step / "policy" / "optimizer.pt").write_bytes(b"not kept")
     (run_dir / "checkpoints" / "latest.json").write_text(
         Checkpoint(step=31, path=str(step)).model_dump_json()
@@ -744,7 +749,10 @@ def test_the_pilot_keeps_a_cells_final_adapter_once(tmp_path, monkeypatch, capsy
     folder = tmp_path / "results"
     kept = pilot.keep_adapter(args, "lr1e-03-top8-s2", folder)
     assert kept == folder / "lr1e-03-top8-s2-adapter"
-    assert [p.name for p in kept.iterdir()] == ["adapter_model.safetensors"]  # the adapter alone
+    assert sorted(p.name for p in folder.iterdir()) == ["lr1e-03-top8-s2-adapter"]
+    assert sorted(p.name for p in kept.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    written = json.loads((kept / "adapter_config.json").read_text())
+    assert written == {"base_model_name_or_path": "smollm2-135m-instruct", "r": 16}  # no machine's path
     (step / "policy" / "adapter" / "adapter_model.safetensors").write_bytes(b"changed")
     assert pilot.keep_adapter(args, "lr1e-03-top8-s2", folder) == kept  # kept once, not overwritten
     assert (kept / "adapter_model.safetensors").read_bytes() == b"weights"
