@@ -174,6 +174,26 @@ def test_necessary_fraction_needs_guided_examples(tmp_path):
         load_spec(path, ["warm_start.guided_fraction=0", "warm_start.necessary_fraction=0.5"])
 
 
+def test_the_control_warm_start_differs_from_the_reading_one_only_in_name_and_necessary_fraction(repo):
+    """Issue 42 item 2: the control clones as the reading warm start does, with no necessary example."""
+
+    def leaves(data, path=()):
+        if isinstance(data, dict):
+            for key, value in data.items():
+                yield from leaves(value, (*path, key))
+        else:
+            yield ".".join(path), data
+
+    folder = repo / "experiments" / "warm_start"
+    reading = dict(leaves(load_spec(folder / "twc_reading_from_cookingworld.yaml").model_dump(mode="json")))
+    control = dict(leaves(load_spec(folder / "twc_reading_control.yaml").model_dump(mode="json")))
+    assert reading.keys() == control.keys()
+    assert {k: (reading[k], control[k]) for k in reading if reading[k] != control[k]} == {
+        "name": ("twc_reading_from_cookingworld", "twc_reading_control"),
+        "warm_start.necessary_fraction": (0.5, 0.0),
+    }
+
+
 def test_necessary_targets_are_drawn_from_the_guided_tasks_untaken_other_actions():
     from types import SimpleNamespace as NS
 
