@@ -61,6 +61,29 @@ def count_tokens():
     return token_counter(EMBEDDED_POLICY)
 
 
+@pytest.fixture(scope="module")  # each module that uses it builds it after torch.manual_seed(0), as before
+def tiny_model_dir(tmp_path_factory):
+    """A random 2-layer Llama with SmolLM2's tokenizer: any model directory works like the default (a
+    policy that loads in a second and scores in milliseconds, for tests of plumbing, not of numbers)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pats.models import load_tokenizer
+    from pats.spec.models import EMBEDDED_POLICY
+
+    tokenizer = load_tokenizer(EMBEDDED_POLICY)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("tiny")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def kill_jvm_on_step(monkeypatch):
     """`kill_jvm_on_step(n)`: the n-th TwxEnv.step of the test (counting from 1) first kills the

@@ -140,27 +140,6 @@ def test_save_load_round_trip(policy, prompt, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary folders left
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A random 2-layer Llama with SmolLM2's tokenizer: any model directory works like the default."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from pats.models import load_tokenizer
-    from pats.spec.models import EMBEDDED_POLICY
-
-    tokenizer = load_tokenizer(EMBEDDED_POLICY)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    folder = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_full_fine_tuning_with_a_frozen_reference(tiny_model_dir, tmp_path):
     trainer = LocalTrainerSpec(lr=1e-2, kl_coef=0.1, autocast_bf16=False)
     policy = LocalPolicy(PolicySpec(model=str(tiny_model_dir), lora=None), trainer, seed=1)
