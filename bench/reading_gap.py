@@ -5,9 +5,18 @@ a `pats warm-start` output folder (`--warm-start DIR`: its adapter and LoRA shap
 policy (no flag), over the expert decisions of a set of training-fold games, it measures the NLL of the
 expert action without the line and with it (the game's own verified plan, shown as "Next action:
 <step>") and their difference, the gap. It is Stage 0's expert-cell quantity with Stage 0's code (the
-probe of bench/sensitivity.py, pats' `LikelihoodGap`: softmax over the admissible actions at the
-policy temperature, one decision at a time), at the settings of Stage 0 pick A (bench/stage0.py
-`variant_spec`: temperature 1.0, placement turn, `scaffold.plan_view=next policy.score_normalization=sum`).
+probe of bench/sensitivity.py; pats' `action_distributions`, which `LikelihoodGap` reads: softmax
+over the admissible actions at the policy temperature, one decision at a time), at the settings of
+Stage 0 pick A (bench/stage0.py `variant_spec`: temperature 1.0, placement turn,
+`scaffold.plan_view=next policy.score_normalization=sum`).
+
+The expert's action is also what a policy that knows the game picks without any line, so its gap
+shrinks as the adapter learns the game family, whether or not it reads. Hence a second measure, the
+warm start's necessary examples on unseen games: at every decision where the line can name another
+admissible action not yet taken (pats.warm_start.necessary_targets at fraction 1, the target drawn with
+the spec's seed), the NLL of that action without the line and with the plan swapped at that step so
+that the line names it ("named": only reading can lower it).
+
 Game sets (`--games`), each from its own first index (`--first`, `--count` games):
 - twc: training games 600-631, the games Stage 0 pick A played (the warm starts clone cookingworld);
 - cookingworld: the reading warm start's own cloning environment (`warm_start.environment` of
@@ -16,12 +25,12 @@ Game sets (`--games`), each from its own first index (`--first`, `--count` games
   a warm start that cloned another environment, or more games than `--first`, is refused.
 
 Each (adapter, game set) writes bench/results/reading_gap/<warm start name or untrained>-<set><first>-<last>.json
-(extra `--set` overrides add their `-<key><value>` part) with the pooled NLLs (Stage 0's numbers) and
-every decision's NLLs per game; an existing file is skipped. Then the table of every file in the
-folder (also `summary.md`) and, per game set, each pair of adapters' difference of gaps with its 95%
-interval resampling games (pats.stats.paired_bootstrap over the per-decision gaps: the pooled gap of
+(extra `--set` overrides add their `-<key><value>` part) with the pooled NLLs and gaps and every
+decision's values per game; an existing file is skipped. Then the table of every file in the folder
+(also `summary.md`) and, per game set, each pair of adapters' differences of gaps with their 95%
+intervals resampling games (pats.stats.paired_bootstrap over the per-decision gaps: the pooled gap of
 the resampled games). A decision past the plan's shown steps (pats.reviser.rules.MAX_PLAN_ACTIONS)
-shows no line, so its gap is 0 for every adapter.
+shows no line, so its expert gap is 0 for every adapter, and it has no named target.
 
     python bench/reading_gap.py --threads 1
     python bench/reading_gap.py --threads 1 --warm-start bench/results/warm_start/twc_reading_from_cookingworld
@@ -91,40 +100,93 @@ def result_path(folder: Path, name: str, games: str, first: int, count: int, ext
     return folder / f"{name}-{games}{first}-{first + count - 1}{tail}.json"
 
 
+def swapped_view(probe, task, plan: list[str], turn: int, target: str):
+    """The task's plan view (as Stage 0's expert guidance renders it) with step `turn` swapped for `target`."""
+    from sensitivity import entry
+
+    from pats.reviser.rules import key_actions
+    from pats.scaffold.render import render_view
+
+    text = "Steps to try: " + key_actions([*plan[:turn], target, *plan[turn + 1 :]])
+    budget = probe.spec.scaffold.budget.view_tokens
+    return render_view(
+        [entry("plan", f"task:{task.id}", text, probe.count(text))], task, probe.count, budget, "probe"
+    )
+
+
 async def measure(spec, first: int, count: int) -> dict:
-    """Pooled and per-decision NLLs of the expert action without and with the line, per game."""
+    """Per game, each expert decision's NLL of the expert action without and with the line, and, where
+    the line can name another admissible action not yet taken (pats.warm_start.necessary_targets, every
+    eligible decision, drawn with the spec's seed), that action's NLL without the line and with a line
+    naming it."""
     from sensitivity import Probe
 
-    from pats.backends.local.reliance import LikelihoodGap, expert_pairs
+    from pats.backends.local.reliance import action_distributions, action_nll, expert_pairs
+    from pats.episode import Episode
+    from pats.scaffold.render import NEXT_LINE
     from pats.types import EMPTY_VIEW
+    from pats.warm_start import necessary_targets
 
     probe = Probe(
         spec.environment.game, SimpleNamespace(probe_offset=first, tasks=count, sources=0), spec=spec
     )
     try:
-        views = {
-            t.id: v
-            for t, v in zip(probe.probe_tasks, probe.views(await probe.entries("expert")), strict=True)
-        }
+        rendered = probe.views(await probe.entries("expert"))
+        views = dict(zip((t.id for t in probe.probe_tasks), rendered, strict=True))
         pairs = [p for p in await expert_pairs(probe.env, probe.probe_tasks) if not views[p.task.id].empty]
-        gap = LikelihoodGap(probe.backend, pairs)
-        without = gap.nll([EMPTY_VIEW] * len(pairs))
-        with_ = gap.nll([views[p.task.id] for p in pairs])
+        targets = necessary_targets(pairs, {p.task.id for p in pairs}, 1.0, spec.seed)
+        swapped = {i: swapped_view(probe, pairs[i].task, probe.plans[pairs[i].task.id], len(pairs[i].history), a)
+                   for i, a in targets.items()}  # fmt: skip
+        for i, view in list(swapped.items()):  # the line must name the target (a plan cut short may not)
+            ep = Episode("check", pairs[i].task, view, state=pairs[i].state, history=list(pairs[i].history))
+            user = probe.backend.prompt_parts(ep, list(pairs[i].state.admissible))[1]
+            if NEXT_LINE.format(step=targets[i]) not in user:
+                del swapped[i], targets[i]
+        order = sorted(swapped)
+        without = action_distributions(probe.backend, pairs, [EMPTY_VIEW] * len(pairs))
+        with_ = action_distributions(probe.backend, pairs, [views[p.task.id] for p in pairs])
+        named = dict(zip(order, action_distributions(probe.backend, [pairs[i] for i in order],
+                                                     [swapped[i] for i in order]), strict=True))  # fmt: skip
     finally:
         await probe.close()
-    per_task: dict[str, dict[str, list[float]]] = {}
-    for p, a, b in zip(pairs, without, with_, strict=True):
-        per_task.setdefault(p.task.id, {"without": [], "with": []})
-        per_task[p.task.id]["without"].append(a)
-        per_task[p.task.id]["with"].append(b)
-    n = len(pairs)
+    per_task: dict[str, dict[str, list]] = {}
+    for i, p in enumerate(pairs):
+        index = list(p.state.admissible).index
+        game = per_task.setdefault(p.task.id, {k: [] for k in DECISION_KEYS})
+        game["without"].append(action_nll(without[i], index(p.action)))
+        game["with"].append(action_nll(with_[i], index(p.action)))
+        target = targets.get(i)
+        game["target"].append(target)
+        game["target_without"].append(action_nll(without[i], index(target)) if target else None)
+        game["target_with"].append(action_nll(named[i], index(target)) if target else None)
+    return {"probe_tasks": [t.id for t in probe.probe_tasks],
+            "games": len(per_task)} | pooled(per_task)  # fmt: skip
+
+
+DECISION_KEYS = ("without", "with", "target", "target_without", "target_with")
+
+
+def pooled(per_task: dict[str, dict[str, list]]) -> dict:
+    """The pooled NLLs and gaps (means over decisions): of the expert action, and of the other action
+    a line names (`named_*`), over the decisions that have one; and every decision's values per game."""
+
+    def mean(xs: list[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    games = per_task.values()
+    a = [x for g in games for x in g["without"]]
+    b = [x for g in games for x in g["with"]]
+    c = [x for g in games for x in g["target_without"] if x is not None]
+    d = [x for g in games for x in g["target_with"] if x is not None]
     return {
-        "probe_tasks": [t.id for t in probe.probe_tasks],
-        "games": len(per_task),  # those whose expert plan wins when replayed
-        "pairs": n,
-        "nll_without": sum(without) / n if n else None,
-        "nll_with": sum(with_) / n if n else None,
-        "gap": (sum(without) - sum(with_)) / n if n else None,
+        "pairs": len(a),
+        "nll_without": mean(a),
+        "nll_with": mean(b),
+        "gap": mean([x - y for x, y in zip(a, b, strict=True)]),
+        "named_pairs": len(c),
+        "named_nll_without": mean(c),
+        "named_nll_with": mean(d),
+        "named_gap": mean([x - y for x, y in zip(c, d, strict=True)]),
         "per_task": per_task,
     }
 
@@ -155,42 +217,51 @@ def run(args) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"{path.name}: gap {fmt(result['gap'])} over {result['pairs']} decisions "
-              f"({fmt(result['nll_without'])} -> {fmt(result['nll_with'])}), {result['seconds']} s", flush=True)  # fmt: skip
+              f"({fmt(result['nll_without'])} -> {fmt(result['nll_with'])}); a line naming another action: "
+              f"{fmt(result['named_gap'])} over {result['named_pairs']} "
+              f"({fmt(result['named_nll_without'])} -> {fmt(result['named_nll_with'])}), {result['seconds']} s", flush=True)  # fmt: skip
 
 
-def decision_gaps(result: dict) -> dict[str, list[float]]:
-    """game -> each decision's gap (NLL without minus with the line)."""
+def decision_gaps(result: dict, named: bool = False) -> dict[str, list[float]]:
+    """game -> each decision's gap (NLL without minus with the line) of the expert action, or (`named`)
+    of the other action a line names, over the decisions that have one."""
+    keys = ("target_without", "target_with") if named else ("without", "with")
     return {
-        t: [a - b for a, b in zip(d["without"], d["with"], strict=True)]
+        t: [a - b for a, b in zip(d[keys[0]], d[keys[1]], strict=True) if a is not None]
         for t, d in result["per_task"].items()
     }
 
 
 def report(folder: Path = FOLDER) -> str:
-    """The table of every result in `folder` and, per game set, each pair of adapters' difference of
-    gaps (earlier in ORDER minus later) with its 95% interval over games; also written to summary.md."""
+    """The table of every result in `folder` and, per game set, each pair of adapters' differences of
+    gaps (earlier in ORDER minus later; the expert line's and the other-action line's) with their 95%
+    intervals over games; also written to summary.md."""
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     rank = {n: i for i, n in enumerate(ORDER)}
 
     def key(r: dict):
         return r["game_set"], r["probe_tasks"][0], rank.get(r["adapter"], len(ORDER)), r["adapter"]
 
+    def nlls(r: dict, part: str = "") -> str:
+        return f"{r[part + 'pairs']} | {fmt(r[part + 'nll_without'])} -> {fmt(r[part + 'nll_with'])} | {fmt(r[part + 'gap'])}"
+
     results.sort(key=key)
-    rows = ["| game set | games | adapter | decisions | NLL without | NLL with | gap |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    rows = ["| game set | games | adapter | line names the expert action: decisions | NLL without -> with | gap "
+            "| line names another action: decisions | its NLL without -> with | gap |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for r in results:
-        games = f"{r['probe_tasks'][0].rsplit(':', 1)[1]}-{r['probe_tasks'][-1].rsplit(':', 1)[1]} ({r['games']} with a plan)"
-        rows.append(f"| {r['game_set']} | {games} | {r['adapter']} | {r['pairs']} | {fmt(r['nll_without'])} "
-                    f"| {fmt(r['nll_with'])} | {fmt(r['gap'])} |")  # fmt: skip
-    diffs = [
-        "",
-        "| game set | difference of gaps | [95% CI, paired bootstrap over games] |",
-        "| --- | --- | --- |",
-    ]
+        first, last = (r["probe_tasks"][i].rsplit(":", 1)[1] for i in (0, -1))
+        rows.append(f"| {r['game_set']} | {first}-{last} ({r['games']} with a plan) | {r['adapter']} "
+                    f"| {nlls(r)} | {nlls(r, 'named_')} |")  # fmt: skip
+    diffs = ["", "| game set | difference of gaps | expert line [95% CI, paired bootstrap over games] "
+             "| other-action line [95% CI] |", "| --- | --- | --- | --- |"]  # fmt: skip
     for (games, _), group in itertools.groupby(results, key=lambda r: key(r)[:2]):
         for a, b in itertools.combinations(list(group), 2):
-            d, lo, hi = paired_bootstrap(decision_gaps(a), decision_gaps(b))
-            diffs.append(f"| {games} | {a['adapter']} - {b['adapter']} | {d:+.3f} [{lo:+.3f}, {hi:+.3f}] |")
+            shown = []
+            for named in (False, True):
+                d, lo, hi = paired_bootstrap(decision_gaps(a, named), decision_gaps(b, named))
+                shown.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            diffs.append(f"| {games} | {a['adapter']} - {b['adapter']} | {' | '.join(shown)} |")
     table = "\n".join(rows + (diffs if len(diffs) > 3 else []))
     if results:
         (folder / "summary.md").write_text(table + "\n")

@@ -55,12 +55,23 @@ def test_gap_per_game_on_both_sets_a_file_each_kept_on_rerun(tiny_model_dir, war
             == pytest.approx(sum(gaps) / len(gaps))
             == pytest.approx(r["nll_without"] - r["nll_with"])
         )
+        named = [g for v in reading_gap.decision_gaps(r, named=True).values() for g in v]
+        assert 0 < r["named_pairs"] == len(named) <= r["pairs"] and r["named_gap"] == pytest.approx(
+            sum(named) / len(named)
+        )
+        for d in r["per_task"].values():  # the named target: none, or an action other than the expert's
+            assert all(len(d[k]) == len(d["with"]) for k in reading_gap.DECISION_KEYS)
+            assert all(
+                (t is None) == (a is None) == (b is None)
+                for t, a, b in zip(d["target"], d["target_without"], d["target_with"], strict=True)
+            )
     assert got["untrained", "cookingworld"]["params"]["numIngredients"] == 2  # the cloning environment's
     for games in ("twc", "cookingworld"):  # a fresh adapter is the base model: the same NLLs
         a, b = got["tiny_reading", games]["per_task"], got["untrained", games]["per_task"]
         assert a.keys() == b.keys()
         for t in a:
             assert a[t]["with"] == pytest.approx(b[t]["with"], abs=1e-5)
+            assert a[t]["target_with"] == pytest.approx(b[t]["target_with"], abs=1e-5)
     out = capsys.readouterr().out
     assert (
         "| cookingworld | untrained - tiny_reading | +0.000 [" in out and (tmp_path / "summary.md").is_file()
@@ -85,3 +96,39 @@ def test_cookingworld_games_the_warm_start_cloned_or_another_environment_are_ref
     )
     with pytest.raises(SystemExit, match="the warm start cloned"):
         reading_gap.gap_spec("cookingworld", 64, 1, other, (f"policy.model={tiny_model_dir}",))
+
+
+def test_a_named_target_is_another_admissible_untaken_action_that_only_the_line_names(tiny_model_dir):
+    """The swapped plan's line names the target at its decision; the expert plan's names the expert's."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from sensitivity import Probe
+
+    from pats.backends.local.reliance import expert_pairs
+    from pats.episode import Episode
+    from pats.warm_start import necessary_targets
+
+    spec = reading_gap.gap_spec("twc", 600, 1, None, (f"policy.model={tiny_model_dir}",))
+
+    async def go():
+        probe = Probe("twc", SimpleNamespace(probe_offset=600, tasks=1, sources=0), spec=spec)
+        try:
+            views = probe.views(await probe.entries("expert"))
+            pairs = await expert_pairs(probe.env, probe.probe_tasks)
+            targets = necessary_targets(pairs, {pairs[0].task.id}, 1.0, spec.seed)
+            assert targets
+            for i, target in targets.items():
+                p, plan = pairs[i], probe.plans[pairs[i].task.id]
+                assert target in p.state.admissible and target != p.action and target not in dict(p.history)
+                view = reading_gap.swapped_view(probe, p.task, plan, len(p.history), target)
+                for v, named in ((view, target), (views[0], p.action)):
+                    ep = Episode("t", p.task, v, state=p.state, history=list(p.history))
+                    assert (
+                        f"Next action: {named}\n"
+                        in probe.backend.prompt_parts(ep, list(p.state.admissible))[1] + "\n"
+                    )
+        finally:
+            await probe.close()
+
+    asyncio.run(go())

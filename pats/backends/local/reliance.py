@@ -27,6 +27,8 @@ from pats.protocols import Env, StepResult
 from pats.types import EMPTY_VIEW, ScaffoldView, Task
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from pats.backends.local.backend import LocalBackend
 
 
@@ -66,19 +68,29 @@ async def _replay(env: Env, task: Task) -> list[ExpertPair]:
     return pairs if won else []
 
 
-def expert_nll(
+def action_distributions(
     backend: LocalBackend, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]
-) -> list[float]:
-    """NLL of each pair's expert action under the policy's action distribution, with the pair's view
-    in the prompt the backend would act on (score mode)."""
+) -> list[Tensor]:
+    """Each pair's distribution over its admissible actions (in `pair.state.admissible`'s order), with
+    the pair's view in the prompt the backend would act on (score mode), one decision at a time."""
     out = []
     for i, (pair, view) in enumerate(zip(pairs, views, strict=True)):
         ep = Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
         actions = list(pair.state.admissible)
         scores = backend.policy.score_actions(backend.prompt_ids(ep, actions), actions).double()
-        probs = action_distribution(scores, backend.spec.policy.temperature)
-        out.append(action_nll(probs, actions.index(pair.action)))
+        out.append(action_distribution(scores, backend.spec.policy.temperature))
     return out
+
+
+def expert_nll(
+    backend: LocalBackend, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]
+) -> list[float]:
+    """NLL of each pair's expert action under the policy's action distribution, with the pair's view
+    in the prompt the backend would act on (score mode)."""
+    return [
+        action_nll(probs, list(pair.state.admissible).index(pair.action))
+        for pair, probs in zip(pairs, action_distributions(backend, pairs, views), strict=True)
+    ]
 
 
 @dataclass
