@@ -17,8 +17,10 @@ from pats.types import (
     EMPTY_VIEW,
     AddEdit,
     Assessment,
+    Attempt,
     JudgeState,
     LLMUsage,
+    Refinement,
     ReviewMode,
     ReviewResult,
     Rollout,
@@ -299,3 +301,70 @@ def test_the_streak_warning_quotes_at_most_300_characters_of_the_first_problem(c
         asyncio.run(review.review(step, GROUPS))
     quoted = f"a: reviser failed: {long}"[:300]
     assert f"First problem of step 2: {quoted}. Training goes on" in capsys.readouterr().err
+
+
+class Refining(Reviser):
+    """A reviser that checks and re-asks itself (as the LLM reviser's program does): the review asks it
+    once per type through `refine`, never through `revise`."""
+
+    check = staticmethod(lambda edits, assessment, entries, cards: [])
+
+    def __init__(self, by_type):
+        super().__init__(by_type)
+        self.refined: list[str] = []
+
+    async def revise(self, step, assessment, cards, entries, feedback=()):
+        raise AssertionError("a refining reviser is asked through refine")
+
+    async def refine(self, step, assessment, cards, entries):
+        self.refined.append(assessment.task_type)
+        return Refinement(attempts=tuple(self.by_type[assessment.task_type]))
+
+
+def test_a_refining_reviser_is_asked_once_and_its_refused_answers_are_logged_per_attempt(count_tokens):
+    doors = UpdateEdit(entry_id="e2", text="Open every door you pass.")
+    second = Attempt(edits=(doors,))
+    reviser = Refining(
+        {
+            "a": [Attempt(problems=("edit 0: too long", "edit 1: no cites")), Attempt()],
+            "b": [Attempt(), second],
+        }
+    )
+    result = asyncio.run(reviewer(count_tokens, reviser).review(1, GROUPS))
+    assert reviser.refined == ["a", "b"], "one program run per type"
+    assert result.edits == (doors,)
+    assert result.refused == ("a attempt 1: edit 0: too long; edit 1: no cites",)
+    assert result.fallback is False, "the program's own second answer stood"
+    assert result.over_budget == 1, "the judge's one cut grade; nothing of the reviser's"
+
+
+def test_a_refinement_refused_to_the_end_falls_back_to_the_rules_without_a_budget_cut(count_tokens):
+    tables = AddEdit(kind="skill", scope="type:a", text="Look under the tables.")
+    refused = [Attempt(problems=("p1",)), Attempt(problems=("p2", "p3"))]
+    result = asyncio.run(
+        reviewer(
+            count_tokens, Refining({"a": refused, "b": [Attempt()]}), Reviser({"a": [tables], "b": []})
+        ).review(1, GROUPS)
+    )
+    assert result.refused == ("a attempt 1: p1", "a attempt 2: p2; p3")
+    assert result.edits == (tables,) and result.fallback is True
+    assert result.over_budget == 1, "a refused answer is not a call the budget cut off"
+
+
+def test_a_failed_reviser_call_is_not_counted_as_cut_off_by_the_budget(count_tokens):
+    result = asyncio.run(
+        reviewer(count_tokens, Reviser({"a": JudgeError("no answer"), "b": []})).review(1, GROUPS)
+    )
+    assert result.refused == ("a: reviser failed: no answer",)
+    assert result.over_budget == 1, "the judge's cut grade only"
+
+
+def test_the_streak_warning_without_a_refused_answer_names_no_problem(capsys):
+    from pats.review import _announce_streak
+
+    _announce_streak(7, [])
+    assert capsys.readouterr().err == (
+        "warning: step 7: the LLM reviser has failed 3 steps in a row; the rules reviser answered every task "
+        "type in its place. Training goes on; check reviser.llm (model, api_base, api_key_env) and the "
+        "metrics review/llm_faults, review/fallback_streak.\n"
+    )
