@@ -176,26 +176,15 @@ def test_pmi_needs_the_premise(model):
 
 
 @pytest.mark.parametrize("rule", ["distinct_mean", "pmi"])
-def test_a_policy_acts_and_trains_under_the_rule(tmp_path, rule):
-    """LocalPolicy end to end on a tiny random Llama with SmolLM2's tokenizer: choose_batch (packed)
-    draws from choose's distribution, and an update (shared prefix, with gradients) takes a step."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def test_a_policy_acts_and_trains_under_the_rule(tiny_model_dir, rule):
+    """LocalPolicy end to end on a tiny random Llama with SmolLM2's tokenizer (conftest's
+    tiny_model_dir): choose_batch (packed) draws from choose's distribution, and an update (shared
+    prefix, with gradients) takes a step."""
     from pats.backends.local import LocalPolicy
-    from pats.models import load_tokenizer
-    from pats.spec.models import EMBEDDED_POLICY, LocalTrainerSpec, PolicySpec
+    from pats.spec.models import LocalTrainerSpec, PolicySpec
 
-    tokenizer = load_tokenizer(EMBEDDED_POLICY)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     threads = torch.get_num_threads()
-    spec = PolicySpec(model=str(tmp_path), lora=None, action="score", score_normalization=rule)
+    spec = PolicySpec(model=str(tiny_model_dir), lora=None, action="score", score_normalization=rule)
     policy = LocalPolicy(spec, LocalTrainerSpec(lr=1e-2, threads=1, autocast_bf16=False), seed=0)
     torch.set_num_threads(threads)
     actions = ["take apple", "take pear from table", "look around"]
