@@ -32,6 +32,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,6 +64,7 @@ def summary(rows: list[BundleScore], model: str | None = None) -> dict:
     parsed = [r for r in rows if r.parsed]
     calls = sum(r.calls for r in rows)
     usd, why = cost(rows, model)
+    kinds = [r.kinds_as_rules for r in rows if r.kinds_as_rules is not None]
     return {
         "bundles": len(rows),
         "parsed": len(parsed),
@@ -79,6 +81,10 @@ def summary(rows: list[BundleScore], model: str | None = None) -> dict:
         if calls
         else sum(r.seconds for r in rows) / max(len(rows), 1),
         "refusing_rules": sorted({rule for r in rows for rule in r.rules}),
+        # accepted sets scored since the column exists (2026-12-05): the mean agreement of their kinds
+        # of edit with the rules reviser's on the same bundle, and over how many sets
+        "kinds_as_rules": mean(kinds) if kinds else None,
+        "kinds_as_rules_sets": len(kinds),
         "prompt_tokens": sum(r.prompt_tokens for r in rows),
         "completion_tokens": sum(r.completion_tokens for r in rows),
         "usd": usd,  # all calls together; None: not priced, `usd_note` says why
@@ -104,6 +110,11 @@ def table(label: str, rows: list[BundleScore], model: str | None = None) -> str:
         f"{s['edits_valid']}/{s['edits_proposed']}, citations valid {s['citations_valid']}/{s['parsed']}, scaffold "
         f"tokens {s['tokens_before']} -> {s['tokens_after']}, {s['tokens_per_call']:.0f} tokens and "
         f"{s['seconds_per_call']:.1f} s per call, {usd}"
+        + (
+            f", kinds of edit as the rules' {s['kinds_as_rules']:.2f} over {s['kinds_as_rules_sets']} accepted sets"
+            if s["kinds_as_rules"] is not None
+            else ""
+        )
     )
     return "\n".join(lines)
 

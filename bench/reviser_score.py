@@ -8,7 +8,8 @@ first answer is checked with the review's own check (`pats.review.check_edits`: 
 removal, task plans and grow mode). It counts: whether an edit list came back (`parsed`; an answer the
 reviser could not read raises JudgeError and is not parsed), the edits proposed, the edits no validator
 problem names (`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review
-applies), the refusing rules by name, whether the citations keep the citation rules, and the type's
+applies), how far an accepted set's kinds of edit are the rules reviser's on the same bundle
+(`kinds_as_rules`, the compile metric's `kinds_as_reference`: agreement with the reference, not sense), the refusing rules by name, whether the citations keep the citation rules, and the type's
 scaffold tokens before and after applying the valid edits (counted with the run's policy tokenizer).
 Calls, tokens (prompt and completion apart, and their sum) and seconds are the reviser's own `usage()`
 over the call.
@@ -25,6 +26,8 @@ from reviser_bundles import ReviserBundle
 from pats.errors import JudgeError
 from pats.protocols import TokenCounter
 from pats.review import check_edits
+from pats.reviser.program import kinds_as_reference
+from pats.reviser.rules import RulesReviser
 from pats.scaffold.problems import CITATION_RULES, rule_of, valid_indices
 from pats.scaffold.validate import texts_after
 from pats.types import Edit, LLMUsage, Record
@@ -48,6 +51,8 @@ class BundleScore(Record):
     citations_valid: bool | None = None  # no unknown card, enough distinct cards per edit; None: not parsed
     ops: tuple[str, ...] = ()  # ADD/UPDATE/DELETE of each proposed edit
     edits: tuple[Edit, ...] = ()  # the proposed edits, to read what the reviser wrote
+    rules_ops: tuple[str, ...] = ()  # the kinds of edit the rules reviser writes on this bundle
+    kinds_as_rules: float | None = None  # accepted sets: pats.reviser.program.kinds_as_reference; None else
     tokens_before: int = 0  # the type's scaffold entries
     tokens_after: int = 0  # ... after applying the valid edits
     calls: int = 0
@@ -111,6 +116,10 @@ def score(bundle: ReviserBundle, reviser, count: TokenCounter) -> BundleScore:
             answers, last_ok = 1, None
         fields = {"parsed": True, **check(bundle, first, count), "answers": answers}
         fields["valid_after_retry"] = fields["set_valid"] if last_ok is None else last_ok
+        reference = asyncio.run(RulesReviser.for_scaffold(bundle.scaffold).revise(*args))
+        fields["rules_ops"] = tuple(e.op for e in reference)
+        if fields["set_valid"]:
+            fields["kinds_as_rules"] = kinds_as_reference(first, reference)
     except JudgeError as err:
         tokens = sum(count(e.text) for e in bundle.entries)
         fields = {

@@ -54,6 +54,7 @@ def test_the_rules_reviser_passes_its_own_validator_on_every_bundle(bundles):
     assert all(r.parsed and r.set_valid and r.citations_valid for r in rows), [r.problems for r in rows]
     s = summary(rows)
     assert s["calls"] == 0 and (s["usd"], s["usd_note"]) == (0.0, "no LLM calls"), "the rules cost nothing"
+    assert (s["kinds_as_rules"], s["kinds_as_rules_sets"]) == (1.0, len(rows)), "the rules agree with themselves"
 
 
 def test_rule_names_and_edit_indices_from_the_validators_messages():
@@ -93,6 +94,10 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
     assert good.prompt_tokens > 0 and good.completion_tokens > 0
     assert good.llm_tokens == good.prompt_tokens + good.completion_tokens
 
+    assert good.rules_ops, "the rules reviser writes edits on a REVISE bundle with entries"
+    shared = min(1, good.rules_ops.count("ADD"))  # one ADD answered, against the rules' kinds
+    assert good.kinds_as_rules == shared / max(1, len(good.rules_ops))
+    assert invalid.kinds_as_rules is None, "a refused set has no agreement to count"
     assert not malformed.parsed and malformed.error and malformed.calls == 1
     assert malformed.citations_valid is None and malformed.tokens_after == before
 

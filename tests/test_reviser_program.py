@@ -24,9 +24,16 @@ from pats.reviser.llm import (
     load_reviser_prompt,
     reviser_probe,
 )
-from pats.reviser.program import attempt_score, check_meta, edit_metric, load_program, meta_of
+from pats.reviser.program import (
+    attempt_score,
+    check_meta,
+    edit_metric,
+    kinds_as_reference,
+    load_program,
+    meta_of,
+)
 from pats.spec.models import LLMReviserSpec, LLMSpec, ScaffoldSpec
-from pats.types import AddEdit, Attempt, ReviewMode, UpdateEdit
+from pats.types import AddEdit, Attempt, DeleteEdit, ReviewMode, UpdateEdit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_llm_reviser import ASSESSMENT, CARDS, ENTRIES, prompt_of  # noqa: E402
@@ -182,13 +189,18 @@ def test_the_metric_scores_the_first_answer_and_says_why():
 
     add = AddEdit(kind="skill", scope="type:twc", text="x", cites=("a", "b"))
     upd = UpdateEdit(entry_id="s1", text="y", cites=("a",))
-    assert attempt_score(Attempt(edits=(add,)), reference_empty=False) == 1.0
-    assert attempt_score(Attempt(), reference_empty=False) == 0.0, "nothing, where the rules wrote edits"
-    assert attempt_score(Attempt(), reference_empty=True) == 1.0
+    delete = DeleteEdit(entry_id="s2", reason="z", cites=("a", "b"))
+    assert attempt_score(Attempt(edits=(add,)), [add]) == 1.0
+    assert attempt_score(Attempt(), [add]) == 0.0, "nothing, where the rules wrote edits"
+    assert attempt_score(Attempt(), []) == 1.0
+    assert attempt_score(Attempt(edits=(delete,)), [add]) == 0.5, "accepted, but not the kind called for"
+    assert attempt_score(Attempt(edits=(add,)), []) == 0.5, "edits where the rules wrote none"
+    assert attempt_score(Attempt(edits=(add, delete)), [add, add]) == 0.75  # one ADD of two shared
     refused = Attempt(edits=(add, upd), problems=("edit 1 (UPDATE s1): cites 1 distinct card(s); ...",))
-    assert attempt_score(refused, reference_empty=False) == 0.25  # half of one valid edit in two
+    assert attempt_score(refused, [add]) == 0.25  # half of one valid edit in two
     set_wide = Attempt(edits=(add,), problems=("edit set (COMPRESS): the type's entries go from 3 to 4",))
-    assert attempt_score(set_wide, reference_empty=False) == 0.0
+    assert attempt_score(set_wide, [add]) == 0.0
+    assert kinds_as_reference([add, add, delete], [delete, add]) == 2 / 3
 
     from pats.types import Refinement
 
@@ -196,6 +208,11 @@ def test_the_metric_scores_the_first_answer_and_says_why():
     scored = edit_metric(dspy.Example(reference=[add]), prediction)
     assert scored.score == 0.25 and "cites 1 distinct card(s)" in scored.feedback, "the first answer counts"
     assert (scored >= 1.0) is False and float(scored) == 0.25, "compares as its score (BootstrapFewShot)"
+    other_kind = edit_metric(
+        dspy.Example(reference=[add]),
+        dspy.Prediction(refinement=Refinement(attempts=(Attempt(edits=(delete,)),))),
+    )
+    assert other_kind.score == 0.5 and "the rules reviser wrote ADD" in other_kind.feedback
 
 
 # -- bundles, compiling, saving, loading ------------------------------------------------------------------

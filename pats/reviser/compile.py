@@ -10,7 +10,8 @@ rules reviser, and kept only where the review's check accepts that answer under 
   first (a small model's context is short: every
   demo is a whole review in the prompt).
 - `bootstrap`: `dspy.BootstrapFewShot` runs the program on the train bundles against the spec's
-  reviser LLM and keeps the traces `edit_metric` scores 1.0 (first answer accepted), up to `demos`.
+  reviser LLM and keeps the traces `edit_metric` scores 1.0 (first answer accepted, with the rules
+  reviser's kinds of edit), up to `demos`.
 - `select`: each of those labeled demos alone, and no demo, is a candidate; `dspy.Evaluate` scores
   each candidate's first answers with `edit_metric` against the spec's reviser LLM on the train bundles
   other than the demo's own (a model that copies its demo is not scored on the demo's own review), and

@@ -10,8 +10,8 @@ one ends the run as a refused answer.
 
 Compiling (`pats compile-reviser`, pats.reviser.compile): demos are the rules reviser's valid edits on
 a train split of recorded bundles (`LabeledFewShot`), or traces that `BootstrapFewShot` kept because
-`edit_metric` scored them 1.0; `edit_metric` also gives the validator's problems as feedback, the form
-`dspy.GEPA` reads. A compiled program is saved with what it was compiled under (`ProgramMeta`: the
+`edit_metric` scored them 1.0 (accepted, with the kinds of edit the rules reviser wrote on that review);
+`edit_metric` also gives the validator's problems as feedback, the form `dspy.GEPA` reads. A compiled program is saved with what it was compiled under (`ProgramMeta`: the
 model, the scaffold settings that shape the schema, the prompt's digest, the signature's fields), and a
 spec loads it with `reviser.program`; a program compiled under other settings is refused with which one
 differs, since its demos would teach answers the schema or the validator refuses.
@@ -223,29 +223,54 @@ def load_program(spec: LLMReviserSpec, prompt: ReviserPrompt, settings: ReviserS
 # -- scoring -------------------------------------------------------------------------------------------
 
 
-def attempt_score(attempt: Attempt, reference_empty: bool) -> float:
-    """1.0 for a set the check accepts, unless it is empty where the reference answer (the rules
-    reviser's) has edits; a refused set scores half its fraction of valid edits (the review applies
-    none of it)."""
+def kinds_as_reference(edits: Sequence[Edit], reference: Sequence[Edit]) -> float:
+    """How far the set's edit kinds (ADD/UPDATE/DELETE, counted) are the reference's: the kinds both
+    have, over the larger count; 1.0 when both are empty. The rules reviser's answer is the reference:
+    what it does per review mode is what its evidence calls for, while a small model that copies a
+    DELETE demo into REVISE reviews of an unsolved type keeps the validator's rules and does not."""
+    if not edits and not reference:
+        return 1.0
+    ours, theirs = [e.op for e in edits], [e.op for e in reference]
+    shared = sum(min(ours.count(op), theirs.count(op)) for op in set(ours))
+    return shared / max(len(ours), len(theirs))
+
+
+def attempt_score(attempt: Attempt, reference: Sequence[Edit]) -> float:
+    """A set the check accepts scores 0.5 plus half its kinds' agreement with the reference answer
+    (the rules reviser's: `kinds_as_reference`), 1.0 for an empty set where the reference is empty too
+    and 0.0 for an empty set where it has edits; a refused set scores half its fraction of valid edits
+    (the review applies none of it), so any accepted set with edits outranks any refused one."""
     if not attempt.problems:
-        return 1.0 if attempt.edits or reference_empty else 0.0
+        if not attempt.edits:
+            return 0.0 if reference else 1.0
+        return 0.5 + 0.5 * kinds_as_reference(attempt.edits, reference)
     if not attempt.edits:
         return 0.0
     return 0.5 * len(valid_indices(attempt.edits, attempt.problems)) / len(attempt.edits)
 
 
 def edit_metric(example: Any, prediction: Any, trace: Any = None, pred_name=None, pred_trace=None) -> Any:
-    """The first answer's score (`attempt_score`) with the validator's problems as feedback: a
+    """The first answer's score (`attempt_score`) with what lowered it as feedback: a
     `dspy.Prediction(score, feedback)`, which compares as its score (BootstrapFewShot's threshold) and
     is what `dspy.GEPA` reads. `example.reference` is the rules reviser's edit list."""
     import dspy
 
     first = prediction.refinement.attempts[0]
-    score = attempt_score(first, reference_empty=not example.reference)
+    reference = list(example.reference)
+    score = attempt_score(first, reference)
     if first.problems:
         feedback = "The edit set was refused:\n" + "\n".join(f"- {p}" for p in first.problems)
-    elif not first.edits and example.reference:
+    elif not first.edits and reference:
         feedback = "No edits, where the evidence supported some (the rules reviser wrote some)."
+    elif score < 1.0:
+        feedback = (
+            f"The edit set was accepted, but its edits ({kinds(first.edits)}) are not the kinds the evidence "
+            f"called for here (the rules reviser wrote {kinds(reference)})."
+        )
     else:
         feedback = "The edit set was accepted."
     return dspy.Prediction(score=score, feedback=feedback)
+
+
+def kinds(edits: Sequence[Edit]) -> str:
+    return ", ".join(e.op for e in edits) or "none"
