@@ -305,15 +305,15 @@ class Player:
 
 
 async def sense_row(
-    bundle: ReviserBundle, score: BundleScore, tasks: Sequence[Task], args, play: Play, count: TokenCounter,
-    compare: bool, rules: Sequence[Pair] | None,
+    bundle: ReviserBundle, score: BundleScore, tasks: Sequence[Task], episodes: int, args, play: Play,
+    count: TokenCounter, compare: bool, rules: Sequence[Pair] | None,
 ) -> dict:  # fmt: skip
     """One valid set's row: replayed (its columns and pairs) or not (and why)."""
     head = {"bundle": bundle.name, "environment": bundle.environment, "mode": score.mode,
             "ops": list(score.ops), "edits": len(score.edits)}  # fmt: skip
     store, before = scaffold_store(bundle, score.edits, count)
     started = time.monotonic()
-    pairs = await replay(store, before, tasks, args.episodes, args.seed, play)
+    pairs = await replay(store, before, tasks, episodes, args.seed, play)
     views = [(store.pin(t, before), store.pin(t)) for t in tasks]
     row = {
         **head,
@@ -372,7 +372,8 @@ async def run_file(
     meta = {
         "label": f"sense-{label}", "result": label, "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "tasks_per_set": args.tasks,
-        "episodes_per_task": args.episodes, "seed": args.seed, "paired_with": args.rules if rules is not None else None,
+        "episodes_per_task": args.episodes,
+        "scale": {env: f"{t}x{e}" for env, (t, e) in args.scale.items()}, "seed": args.seed, "paired_with": args.rules if rules is not None else None,
         "sets_refused": sum(not s.set_valid for s in scores),
     }  # fmt: skip
     rows: list[dict] = []
@@ -388,8 +389,9 @@ async def run_file(
             player = players.get(id_of(spec))
             if player is None:
                 player = players[id_of(spec)] = Player(spec, CACHE, args.cached_only)
-            tasks = bundle_tasks(bundle, player.tasks, args.tasks)
-            row = await sense_row(bundle, score, tasks, args, player, token_counter(bundle.policy_model),
+            n_tasks, episodes = args.scale.get(bundle.environment, (args.tasks, args.episodes))
+            tasks = bundle_tasks(bundle, player.tasks, n_tasks)
+            row = await sense_row(bundle, score, tasks, episodes, args, player, token_counter(bundle.policy_model),
                                   rules is not None, (rules or {}).get(bundle.name))  # fmt: skip
             played[bundle.name] = [Pair.model_validate(p) for p in row["pairs"]]
         except Exception as err:  # a row says why, the others still run
@@ -425,6 +427,19 @@ def skip_reasons(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def scales(items: Sequence[str]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for item in items:
+        env, _, scale = item.partition("=")
+        tasks, x, episodes = scale.partition("x")
+        if not (
+            env and x and tasks.isdigit() and episodes.isdigit() and int(tasks) > 0 and int(episodes) > 0
+        ):
+            raise SystemExit(f"--scale {item!r}: write ENVIRONMENT=TASKSxEPISODES, e.g. alfworld=1x2")
+        out[env] = (int(tasks), int(episodes))
+    return out
+
+
 def id_of(spec) -> str:
     return json.dumps([spec.environment.model_dump(mode="json"), spec.policy.model_dump(mode="json"),
                        spec.scaffold.placement, spec.scaffold.plan_view], sort_keys=True)  # fmt: skip
@@ -446,8 +461,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch threads (trainer.threads; 1 keeps a shared machine's other jobs going)")  # fmt: skip
     p.add_argument("--skip", nargs="*", default=[], metavar="ENV=REASON",
                    help="report an environment's (or a bundle's) sets as not replayed, with REASON (e.g. measured too slow)")  # fmt: skip
+    p.add_argument("--scale", nargs="*", default=[], metavar="ENV=TxE",
+                   help="tasks and episodes for one environment's sets instead of --tasks and --episodes (e.g. alfworld=1x2: its episodes take minutes)")  # fmt: skip
     args = p.parse_args(argv)
     args.skip = skip_reasons(args.skip)
+    args.scale = scales(args.scale)
 
     bundles = {b.name: b for b in load(args.bundles)}
     asyncio.run(run(args, bundles))

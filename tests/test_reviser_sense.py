@@ -26,6 +26,7 @@ from reviser_sense import (  # noqa: E402
     episode_seed,
     replay,
     scaffold_store,
+    scales,
     sense_row,
     set_columns,
     summary,
@@ -112,12 +113,19 @@ def test_a_set_that_changes_nothing_the_policy_reads_changes_nothing(bundle):
     other = AddEdit(kind="plan", scope="task:twx:twc:train:999", text="WIN here", cites=cites(bundle))
     score = BundleScore(bundle=bundle.name, environment="twx", task_type="twc", mode="EXPAND", parsed=True,
                         set_valid=True, ops=("ADD",), edits=(other,))  # fmt: skip
-    args = SimpleNamespace(episodes=3, seed=0)
-    row = asyncio.run(sense_row(bundle, score, tasks_of(bundle)[:2], args, Scripted(), words, False, None))
+    args = SimpleNamespace(seed=0)
+    row = asyncio.run(sense_row(bundle, score, tasks_of(bundle)[:2], 3, args, Scripted(), words, False, None))
     assert row["replayed"] and row["views_changed"] == 0 and row["episodes"] == 6
     assert row["change"] == 0 and row["pairs_better"] == row["pairs_worse"] == 0
     assert 0 < row["success_before"] == row["success_after"] < 1, "the seeds alone decide, both sides alike"
     assert "vs_rules" not in row
+
+
+def test_an_environment_can_be_replayed_at_its_own_scale():
+    assert scales(["alfworld=1x2", "twx=3x4"]) == {"alfworld": (1, 2), "twx": (3, 4)}
+    for bad in ("alfworld", "alfworld=2", "alfworld=0x2", "=1x2", "alfworld=1xtwo"):
+        with pytest.raises(SystemExit, match="ENVIRONMENT=TASKSxEPISODES"):
+            scales([bad])
 
 
 def test_against_the_rules_on_the_same_episodes():
