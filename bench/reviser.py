@@ -6,6 +6,7 @@
     python bench/reviser.py --model openai/gpt-4o-mini                # a hosted model (OPENAI_API_KEY)
     python bench/reviser.py --model hosted_vllm/M --api-base http://HOST:8000/v1 --structured on
     python bench/reviser.py --record /path/to/run_dir ...             # bundles from finished runs
+    python bench/reviser.py --recount LABEL ...                      # committed results, columns added since
     python bench/reviser.py --walkthrough experiments/alfworld/local.yaml trainer.steps=3 ...
 
 Each bundle (bench/reviser_bundles/, see bench/reviser_bundles.py) is one task type's review of a
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import sys
@@ -187,6 +189,39 @@ def run(label: str, bundles: list[ReviserBundle], make, meta: dict) -> Path:
     return path
 
 
+def recount(label: str, bundles: list[ReviserBundle]) -> Path:
+    """A committed result's stored first answers counted again for the columns added after it ran (the
+    rules reviser's kinds of edit on each bundle, and an accepted set's agreement with them); what was
+    measured (parsed, valid, tokens, seconds) is kept as it was. The LLM is not called."""
+    import asyncio
+
+    from pats.reviser.program import kinds_as_reference
+    from pats.reviser.rules import RulesReviser
+
+    path = OUT / f"{label}.json"
+    result = json.loads(path.read_text(encoding="utf-8"))
+    by_name = {b.name: b for b in bundles}
+    rows = []
+    for row in result["rows"]:
+        score = BundleScore.model_validate(row)
+        b = by_name[score.bundle]
+        reference = asyncio.run(
+            RulesReviser.for_scaffold(b.scaffold).revise(b.step, b.assessment, b.cards, b.entries)
+        )
+        kinds = kinds_as_reference(score.edits, reference) if score.set_valid else None
+        rows.append(
+            score.model_copy(update={"rules_ops": tuple(e.op for e in reference), "kinds_as_rules": kinds})
+        )
+    model = result["llm"]["model"] if result["reviser"] == "llm" else None
+    result.update(
+        recounted=datetime.date.today().isoformat(),
+        summary=summary(rows, model),
+        rows=[r.model_dump(mode="json") for r in rows],
+    )
+    print(table(label, rows, model))
+    return write_result(label, result, OUT)
+
+
 def checks(bundles: list[ReviserBundle], meta: dict) -> None:
     """The oracle row on every bundle and the perturbation table on the first bundle with entries."""
     from reviser_checks import oracle_row, perturbation_rows
@@ -224,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="the oracle row on every bundle and the perturbation table (bench/reviser_checks.py)")  # fmt: skip
     who.add_argument("--serve", choices=["transformers", "vllm"], help="start a server on the embedded model")
     who.add_argument("--record", nargs="+", metavar="RUN_DIR", help="write the bundles of finished run dirs")
+    who.add_argument("--recount", nargs="+", metavar="LABEL",
+                     help="count committed results' stored answers again for columns added since (no LLM call)")  # fmt: skip
     who.add_argument("--walkthrough", nargs="+", metavar="ARG",
                      help="SPEC [KEY=VALUE ...]: train SPEC on the walkthrough player (bench/walkthrough.py) under --runs, then record its bundles")  # fmt: skip
     p.add_argument("--api-base", help="endpoint of a self-hosted model, e.g. http://host:8000/v1")
@@ -260,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path}")
         return 0
 
+    if args.recount:
+        everything = load(args.bundles)
+        for label in args.recount:
+            print(f"wrote {recount(label, everything)}")
+        return 0
     bundles = load(args.bundles, args.only, None if args.split == "all" else args.split)
 
     def in_repo(path: Path) -> Path:

@@ -54,7 +54,9 @@ def test_the_rules_reviser_passes_its_own_validator_on_every_bundle(bundles):
     assert all(r.parsed and r.set_valid and r.citations_valid for r in rows), [r.problems for r in rows]
     s = summary(rows)
     assert s["calls"] == 0 and (s["usd"], s["usd_note"]) == (0.0, "no LLM calls"), "the rules cost nothing"
-    assert (s["kinds_as_rules"], s["kinds_as_rules_sets"]) == (1.0, len(rows)), "the rules agree with themselves"
+    assert (s["kinds_as_rules"], s["kinds_as_rules_sets"]) == (1.0, len(rows)), (
+        "the rules agree with themselves"
+    )
 
 
 def test_rule_names_and_edit_indices_from_the_validators_messages():
@@ -182,3 +184,25 @@ def test_the_docs_table_matches_the_committed_results():
             f"{s['edits_valid']}/{s['edits_proposed']}",
         ]
         assert cells[2:7] == want, f"{name}: the table says {cells[2:7]}, the result {want}"
+
+
+def test_a_recount_adds_the_kinds_column_and_keeps_what_was_measured(tmp_path, monkeypatch):
+    """`--recount` on a committed result's answers (the kinds column stripped) gives the committed
+    column back, and leaves every measured field as it was."""
+    import reviser
+
+    name = "vllm-embedded-select-structured_on-compiled"
+    committed = json.loads((reviser.OUT / f"{name}.json").read_text())
+    stripped = {
+        **committed,
+        "rows": [
+            {k: v for k, v in r.items() if k not in ("rules_ops", "kinds_as_rules")}
+            for r in committed["rows"]
+        ],
+    }
+    (tmp_path / f"{name}.json").write_text(json.dumps(stripped))
+    monkeypatch.setattr(reviser, "OUT", tmp_path)
+    again = json.loads(reviser.recount(name, load(BUNDLES)).read_text())
+    assert again["rows"] == committed["rows"]
+    assert again["summary"] == committed["summary"]
+    assert 0 < again["summary"]["kinds_as_rules"] < 1, "the compiled DELETEs are not all the rules' kinds"
