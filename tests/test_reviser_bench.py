@@ -184,6 +184,9 @@ def test_the_docs_table_matches_the_committed_results():
             f"{s['edits_valid']}/{s['edits_proposed']}",
         ]
         assert cells[2:7] == want, f"{name}: the table says {cells[2:7]}, the result {want}"
+        if len(cells) > 9:  # the kinds column, where the table has it
+            kinds = f"{s['kinds_as_rules']:.2f} ({s['kinds_as_rules_sets']})"
+            assert cells[9] == kinds, f"{name}: the table says {cells[9]}, the result {kinds}"
 
 
 def test_a_recount_adds_the_kinds_column_and_keeps_what_was_measured(tmp_path, monkeypatch):
