@@ -444,3 +444,62 @@ def test_select_keeps_the_candidate_whose_first_answers_pass_on_the_other_train_
     call = revise_call(load_reviser_prompt(), b.assessment, b.cards, b.entries, _settings(spec))
     assert (demo["review"], demo["cards"]) == (call.inputs["review"], call.inputs["cards"]), "b's review"
     assert f"({b.name})" not in json.dumps(demo["edits"]), "the demo is the rules reviser's answer"
+
+
+# -- match -------------------------------------------------------------------------------------------------
+
+
+def test_match_shows_each_review_the_demo_of_its_task_type_and_mode(tmp_path):
+    """Every labeled demo is kept; a review is shown only the one of its task type and mode (else of
+    its mode, else none), and a saved match program loads as one."""
+    from pats.cli import compile_reviser
+    from pats.models import token_counter
+    from pats.reviser.compile import OPTIMIZERS, compile_program, named_demos
+    from pats.reviser.llm import revise_call
+    from pats.reviser.program import save_program
+    from pats.spec import load_spec
+    from pats.testing import ScriptedOpenAIServer
+
+    assert compile_reviser.OPTIMIZERS == OPTIMIZERS, "the CLI offers what compile_program takes"
+    bundles = load(BUNDLES, ["twx-s1-twc", "twx-twc-compress-s21-s2-twc", "search_qa-s0-popqa"])
+    train = [b.model_copy(update={"split": "train"}) for b in bundles[:2]]
+    spec = load_spec(
+        "experiments/quickstart.yaml", ["reviser.kind=llm", "reviser.llm.model=hosted_vllm/match"]
+    )
+    program, meta = compile_program(spec, train, token_counter(spec.policy.model), optimizer="match")
+    assert meta.optimizer == "match" and meta.demos == len(
+        named_demos(spec, train, load_reviser_prompt(), words)
+    )
+    assert program.match_demos and meta.demos == 2, "both reviews' rules answers were accepted: both kept"
+    settings = _settings(spec)
+    inputs = {
+        b.name: revise_call(load_reviser_prompt(), b.assessment, b.cards, b.entries, settings).inputs
+        for b in bundles
+    }
+    for b in train:  # EXPAND twc and COMPRESS twc: each its own
+        (demo,) = program.demo_for(inputs[b.name])
+        assert (demo["mode"], demo["review"]) == (b.assessment.mode.value, inputs[b.name]["review"])
+    (demo,) = program.demo_for({**inputs["search_qa-s0-popqa"]})  # popqa EXPAND: twc's EXPAND, by mode
+    assert demo["mode"] == "EXPAND" and demo["task_type"] == "twc"
+    assert program.demo_for({**inputs["twx-s1-twc"], "mode": "PRUNE"}) == [], "no demo of that mode"
+
+    path = save_program(program, meta, tmp_path / "match.json")
+    loaded = load_spec(
+        "experiments/quickstart.yaml",
+        ["reviser.kind=llm", "reviser.llm.model=hosted_vllm/match", f"reviser.program={path}"],
+    )
+    again = load_program(loaded.reviser, load_reviser_prompt(), settings)
+    assert again.match_demos and len(again.revise.demos) == 2
+
+    # What the LLM is sent: the one matching demo's review, not the other's.
+    held = bundles[2]
+    call = revise_call(load_reviser_prompt(), held.assessment, held.cards, held.entries, settings)
+    with ScriptedOpenAIServer([json.dumps({"edits": []})], structured=True) as server:
+        import dspy
+
+        lm = dspy.LM("hosted_vllm/match", api_base=server.base_url, api_key="x", cache=False)
+        with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+            again(aliases=call.aliases, **call.inputs)
+    (sent,) = server.prompts()
+    expand, compress = (inputs[b.name]["review"] for b in train)
+    assert expand in sent and compress not in sent

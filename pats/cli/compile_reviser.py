@@ -7,6 +7,9 @@ from pathlib import Path
 
 from pats.errors import SpecError
 
+# pats.reviser.compile.OPTIMIZERS, written out: importing it costs `pats --help` ~0.3 s (a test ties them)
+OPTIMIZERS = ("labeled", "bootstrap", "select", "match")
+
 DESCRIPTION = """Compile the LLM reviser's DSPy program against the train split of recorded reviser
 bundles and save it (demos, instructions, and what it was compiled under). A spec then loads it with
 reviser.program: PATH; a program compiled for another model or other scaffold settings is refused.
@@ -16,6 +19,8 @@ reviser.program: PATH; a program compiled for another model or other scaffold se
   select     no demo, or one labeled demo: each candidate scored by the reviser LLM's first answers on
              the other train bundles (the review's check as the metric); the best is kept, and every
              candidate's score is saved with the program. Calls the LLM (candidates x train bundles)
+  match      every labeled demo kept; each review is shown the one of its task type and review mode
+             (else of its mode, else none), whose kinds of edit a small model copies (no LLM needed)
 
 examples:
   pats compile-reviser experiments/llm/reviser_vllm.yaml --bundles bench/reviser_bundles
@@ -70,9 +75,7 @@ def add_compile_parser(sub) -> None:
     )
     p.add_argument("--bundles", type=Path, required=True, help="folder of bundles; their train split is used")
     p.add_argument("--out", type=Path, help="where to save (default programs/reviser-<model>.json)")
-    p.add_argument(
-        "--optimizer", choices=["labeled", "bootstrap", "select"], default="labeled", help="default: labeled"
-    )
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="labeled", help="default: labeled")
     p.add_argument(
         "--candidates",
         type=int,

@@ -19,6 +19,10 @@ rules reviser, and kept only where the review's check accepts that answer under 
   is an empirical question (a DELETE demo and an ADD demo gave 10/10 and 5/10 valid first answers on
   the held-out bundles, 2026-12-04); this answers it on train bundles, never on held-out ones. Every
   candidate's score is saved with the program (`ProgramMeta.selection`).
+- `match` (no LLM needed): every labeled demo is kept, and each review is shown only one, of its own
+  task type and review mode if there is one, else of its mode, else none
+  (`ReviseProgram.demo_for`): a small model copies the kinds of edit its demo makes, so the demo
+  should be of a review that calls for the same kinds.
 
 The program is saved with what it was compiled under (`pats.reviser.program.ProgramMeta`); a spec
 loads it with `reviser.program: PATH`, and one whose model or scaffold settings differ is refused.
@@ -40,7 +44,7 @@ from pats.reviser.llm import ReviserPrompt, ReviserSettings, load_reviser_prompt
 from pats.reviser.program import INPUT_FIELDS, Candidate, ProgramMeta, meta_of, new_program
 from pats.spec.models import ExperimentSpec
 
-OPTIMIZERS = ("labeled", "bootstrap", "select")
+OPTIMIZERS = ("labeled", "bootstrap", "select", "match")
 
 
 def settings_of(spec: ExperimentSpec) -> ReviserSettings:
@@ -127,6 +131,12 @@ def compile_program(
         program = dspy.LabeledFewShot(k=k).compile(new_program(prompt), trainset=examples, sample=False)
     elif optimizer == "bootstrap":
         program = _bootstrap(spec, train, prompt, settings, count, k)
+    elif optimizer == "match":
+        examples = demos(spec, train, prompt, count)
+        program = dspy.LabeledFewShot(k=len(examples)).compile(
+            new_program(prompt), trainset=examples, sample=False
+        )
+        program.match_demos = True
     else:
         program, selection = _select(spec, train, prompt, settings, count, candidates)
     kept = len(program.revise.demos)

@@ -97,6 +97,22 @@ def _module_class() -> type:
             super().__init__()
             self.prompt = prompt
             self.revise = dspy.Predict(signature(prompt))
+            # `match` programs (pats compile-reviser --optimizer match) keep every labeled demo and show
+            # each review only the one that fits it (`demo_for`); others show all their demos.
+            self.match_demos = False
+
+        def demo_for(self, inputs: dict[str, Any]) -> list[Any]:
+            """The first demo of the review's task type and mode, else the first of its mode, else none
+            (demos are in the labeled rank: answers that add guidance first, then the shortest)."""
+            demos = list(self.revise.demos)
+            for fits in (
+                lambda d: d["task_type"] == inputs["task_type"] and d["mode"] == inputs["mode"],
+                lambda d: d["mode"] == inputs["mode"],
+            ):
+                found = [d for d in demos if fits(d)]
+                if found:
+                    return found[:1]
+            return []
 
         def forward(
             self,
@@ -111,10 +127,11 @@ def _module_class() -> type:
             from pats.lm import MalformedAnswer
             from pats.reviser.prompt import edits_from_answer, render_feedback
 
+            shown = {"demos": self.demo_for(inputs)} if self.match_demos else {}
             tries: list[Attempt] = []
             for n in range(attempts):
                 try:
-                    edits = tuple(aliases.to_ids(edits_from_answer(self.revise(**inputs).edits)))
+                    edits = tuple(aliases.to_ids(edits_from_answer(self.revise(**inputs, **shown).edits)))
                 except (AdapterParseError, MalformedAnswer) as err:
                     if n == 0:
                         raise  # no edit list at all: the caller counts it as malformed and retries
@@ -217,6 +234,7 @@ def load_program(spec: LLMReviserSpec, prompt: ReviserPrompt, settings: ReviserS
             "(`pats compile-reviser SPEC --bundles DIR --out PATH`), or leave reviser.program out"
         )
     program.load_state(state)
+    program.match_demos = meta.optimizer == "match"
     return program
 
 
