@@ -11,8 +11,9 @@ one ends the run as a refused answer.
 Compiling (`pats compile-reviser`, pats.reviser.compile): demos are the rules reviser's valid edits on
 a train split of recorded bundles (`LabeledFewShot`), or traces that `BootstrapFewShot` kept because
 `edit_metric` scored them 1.0 (accepted, with the kinds of edit the rules reviser wrote on that review);
-`edit_metric` also gives the validator's problems as feedback, the form `dspy.GEPA` reads. A compiled program is saved with what it was compiled under (`ProgramMeta`: the
-model, the scaffold settings that shape the schema, the prompt's digest, the signature's fields), and a
+`edit_metric` also gives the validator's problems as feedback, the form `dspy.GEPA` reads. A `match`
+program keeps every labeled demo and shows a review only the one of its task type and mode
+(`demo_for`). A compiled program is saved with what it was compiled under (`ProgramMeta`: the model, the scaffold settings that shape the schema, the prompt's digest, the signature's fields), and a
 spec loads it with `reviser.program`; a program compiled under other settings is refused with which one
 differs, since its demos would teach answers the schema or the validator refuses.
 """
