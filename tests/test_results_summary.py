@@ -277,6 +277,47 @@ def read_reviser(path: Path, args: list[str]) -> Reading:
     return r
 
 
+def read_reviser_programs(path: Path, args: list[str]) -> Reading:
+    """bench/results/reviser/ and LABEL[:BAR] ...: each program's held-out first answers (valid sets of
+    bundles) and their kinds of edit as the rules' (`kinds_as_rules`). A program with a BAR was stated
+    to pass at >= 14 of 19 valid at the first answer and kinds >= BAR (docs/llm.md); the verdict is
+    pass or fail when all such programs agree, mixed otherwise."""
+    r = Reading()
+    outcomes = []
+    for arg in args:
+        label, _, bar = arg.partition(":")
+        s = _load(path / f"{label}.json")["summary"]
+        kinds = f"{s['kinds_as_rules']:.2f}"
+        r.numbers.add(kinds)
+        r.must.append(kinds)
+        r.count(s["sets_valid"], s["bundles"])
+        if bar:
+            r.criterion |= {bar, "14/19"}
+            outcomes.append(s["sets_valid"] >= 14 and s["kinds_as_rules"] >= float(bar))
+    r.verdict = "pass" if all(outcomes) else "fail" if not any(outcomes) else "mixed"
+    return r
+
+
+def read_sense(path: Path, args: list[str]) -> Reading:
+    """bench/results/reviser/ and LABEL ...: each sense-LABEL.json's change in success after the sets
+    (its interval) and its sets against the rules' sets on the same episodes; the tasks and episodes
+    per set. "no effect measured" when every one of those intervals reaches 0, "effect" otherwise."""
+    r = Reading()
+    spans_zero = []
+    for label in args:
+        res = _load(path / f"sense-{label}.json")
+        s = res["summary"]
+        r.ints(res["tasks_per_set"], res["episodes_per_task"], s["episodes"])
+        r.signed(s["change"])
+        intervals = [s["change_interval"]] + ([s["vs_rules"]["interval"]] if "vs_rules" in s else [])
+        spans_zero += [lo <= 0 <= hi for lo, hi in intervals]
+    changes = [_load(path / f"sense-{label}.json")["summary"]["change"] for label in args]
+    r.must = [f"{min(changes):+.3f}", f"{max(changes):+.3f}"]
+    r.numbers.add("0")  # the intervals' reaching 0 is what the row reports
+    r.verdict = "no effect measured" if all(spans_zero) else "effect"
+    return r
+
+
 READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
     "pilot-heldout": read_pilot_heldout,
     "pilot-pool": read_pilot_pool,
@@ -287,6 +328,8 @@ READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
     "learning": read_learning,
     "tokens": read_tokens,
     "reviser": read_reviser,
+    "reviser-programs": read_reviser_programs,
+    "sense": read_sense,
 }
 
 
