@@ -25,12 +25,14 @@ from pats.reviser.llm import (
     reviser_probe,
 )
 from pats.reviser.program import (
+    INPUT_FIELDS,
     attempt_score,
     check_meta,
     edit_metric,
     kinds_as_reference,
     load_program,
     meta_of,
+    new_program,
 )
 from pats.spec.models import LLMReviserSpec, LLMSpec, ScaffoldSpec
 from pats.types import AddEdit, Attempt, DeleteEdit, ReviewMode, UpdateEdit
@@ -503,3 +505,157 @@ def test_match_shows_each_review_the_demo_of_its_task_type_and_mode(tmp_path):
     (sent,) = server.prompts()
     expand, compress = (inputs[b.name]["review"] for b in train)
     assert expand in sent and compress not in sent
+
+
+# -- what mutation testing of pats/reviser/program.py asked for -----------------------------------------
+
+
+def test_demo_for_prefers_the_reviews_task_type_then_its_mode_and_shows_one():
+    program = new_program(load_reviser_prompt())
+    assert program.match_demos is False, "only a match program picks demos; others show all of theirs"
+    twc, pick, pick2 = (
+        {"task_type": "twc", "mode": "REVISE", "n": 0},
+        {"task_type": "pick", "mode": "REVISE", "n": 1},
+        {"task_type": "pick", "mode": "REVISE", "n": 2},
+    )
+    program.revise.demos = [twc, pick, pick2]
+    assert program.demo_for({"task_type": "pick", "mode": "REVISE"}) == [pick], "its type first, one"
+    assert program.demo_for({"task_type": "popqa", "mode": "REVISE"}) == [twc], "else its mode"
+    assert program.demo_for({"task_type": "pick", "mode": "PRUNE"}) == [], "else none"
+
+
+async def test_an_unreadable_first_answer_raises_and_a_later_one_ends_the_run_refused():
+    from pats.errors import JudgeError
+
+    one_card = {**ADD_BY_NAMES, "cites": ["C2"]}
+    bogus = {"edits": [{"op": "BOGUS"}]}
+    lm = DummyLM([{"edits": [one_card]}, bogus, {"edits": [ADD_BY_NAMES]}])
+    refinement = await reviser(lm, attempts=3).refine(5, ASSESSMENT, CARDS, ENTRIES)
+    assert len(refinement.attempts) == 2 and not refinement.accepted, "no third answer is asked"
+    (problem,) = refinement.attempts[1].problems
+    assert problem.startswith("the answer was not an edit list: malformed edit list: ")
+    with pytest.raises(JudgeError):
+        await reviser(DummyLM([bogus] * 4), attempts=3).refine(5, ASSESSMENT, CARDS, ENTRIES)
+
+
+def test_the_program_asks_once_unless_told_otherwise():
+    import dspy
+
+    from pats.reviser.llm import revise_call
+
+    one_card = {**ADD_BY_NAMES, "cites": ["C2"]}
+    lm = DummyLM([{"edits": [one_card]}] * 2)
+    call = revise_call(load_reviser_prompt(), ASSESSMENT, CARDS, ENTRIES, ReviserSettings())
+    with dspy.context(lm=lm):
+        prediction = new_program(load_reviser_prompt())(
+            aliases=call.aliases, check=lambda edits: ["refused"], **call.inputs
+        )
+    assert len(prediction.refinement.attempts) == 1 and len(lm.history) == 1
+
+
+def test_the_metric_says_why_in_each_case():
+    import dspy
+
+    from pats.types import Refinement
+
+    add = AddEdit(kind="skill", scope="type:twc", text="x", cites=("a", "b"))
+    delete = DeleteEdit(entry_id="s2", reason="z", cites=("a", "b"))
+
+    def said(attempt: Attempt, reference) -> tuple[float, str]:
+        out = edit_metric(
+            dspy.Example(reference=reference), dspy.Prediction(refinement=Refinement(attempts=(attempt,)))
+        )
+        return out.score, out.feedback
+
+    assert said(Attempt(edits=(add,), problems=("p1", "p2")), [add]) == (
+        0.0,
+        "The edit set was refused:\n- p1\n- p2",
+    )
+    assert said(Attempt(), [add]) == (
+        0.0,
+        "No edits, where the evidence supported some (the rules reviser wrote some).",
+    )
+    assert said(Attempt(edits=(add, delete)), []) == (
+        0.5,
+        "The edit set was accepted, but its edits (ADD, DELETE) are not the kinds the evidence called for here "
+        "(the rules reviser wrote none).",
+    )
+    assert said(Attempt(edits=(add,)), [add]) == (1.0, "The edit set was accepted.")
+    assert said(Attempt(), []) == (1.0, "The edit set was accepted.")
+    assert kinds_as_reference([], []) == 1.0 and kinds_as_reference([], [add]) == 0.0
+    assert attempt_score(Attempt(problems=("the answer was not an edit list: x",)), [add]) == 0.0
+
+
+def test_a_programs_file_says_its_format_and_fits_the_spec_it_was_compiled_for(tmp_path):
+    from pats.reviser.program import FORMAT, ProgramMeta, save_program
+    from pats.spec import load_spec
+
+    assert FORMAT == "pats-reviser-program/1"
+    prompt = load_reviser_prompt()
+    meta = meta_of("hosted_vllm/m", prompt, ReviserSettings(), "labeled", 0, [])
+    path = save_program(new_program(prompt), meta, tmp_path / "a" / "b" / "p.json")  # folders made
+    assert json.loads(path.read_text())["meta"]["format"] == "pats-reviser-program/1"
+    old = {k: v for k, v in meta.model_dump(mode="json").items() if k != "selection"}
+    assert ProgramMeta.model_validate(old).selection == (), "a program saved before `select` loads"
+    # The committed programs fit the spec they were compiled for: a change to the prompt, the digest
+    # or the signature that would refuse them fails here, not in the vLLM test only.
+    spec = load_spec("experiments/ablations/llm_reviser_embedded.yaml")
+    assert spec.reviser.kind == "llm"
+    from pats.reviser.compile import settings_of
+
+    for saved in sorted(Path("bench/results/reviser/programs").glob("*.json")):
+        meta = ProgramMeta.model_validate(json.loads(saved.read_text())["meta"])
+        assert check_meta(meta, spec.reviser.llm.model, prompt, settings_of(spec)) == [], saved.name
+
+
+def test_check_meta_names_each_difference_whole():
+    prompt = load_reviser_prompt()
+    meta = meta_of("hosted_vllm/m", prompt, ReviserSettings(), "labeled", 0, [])
+    other = ReviserSettings(min_citations=1, removal=False, add_only=True, task_plans=False)
+    changed = meta.model_copy(update={"prompt_sha": "0" * 16, "fields": ("x", "edits")})
+    assert check_meta(changed, "hosted_vllm/n", prompt, other) == [
+        "it was compiled for reviser.llm.model hosted_vllm/m, this spec asks hosted_vllm/n",
+        "scaffold.min_citations was 2 when it was compiled, this spec has 1",
+        "the scaffold's removal (scaffold.mode pats with removal on) was True when it was compiled, this spec has False",
+        "scaffold.mode grow (add only) was False when it was compiled, this spec has True",
+        "scaffold.task_plans was True when it was compiled, this spec has False",
+        "the reviser prompt (judges/reviser.yaml) changed since it was compiled",
+        f"its signature has fields ['x', 'edits'], this pats's {[*INPUT_FIELDS, 'edits']}",
+    ]
+
+
+def test_load_programs_errors_say_what_to_do_whole(tmp_path):
+    from pats.errors import PrerequisiteError
+    from pats.reviser.program import save_program
+
+    prompt = load_reviser_prompt()
+    missing = tmp_path / "none.json"
+    spec = LLMReviserSpec(llm=LLMSpec(model="hosted_vllm/m"), program=str(missing))
+    with pytest.raises(PrerequisiteError) as err:
+        load_program(spec, prompt, ReviserSettings())
+    assert str(err.value) == (
+        f"reviser.program: {missing} not found; compile one with `pats compile-reviser SPEC --bundles DIR "
+        "--out PATH`, or leave reviser.program out to run the uncompiled program"
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SpecError) as err:
+        load_program(spec.model_copy(update={"program": str(bad)}), prompt, ReviserSettings())
+    assert [i.message for i in err.value.issues] == [
+        f"reviser.program: {bad} is not a program saved by `pats compile-reviser` (pats-reviser-program/1): "
+        "'meta'; compile it again"
+    ]
+    path = save_program(
+        new_program(prompt),
+        meta_of("hosted_vllm/m", prompt, ReviserSettings(), "labeled", 0, []),
+        tmp_path / "p.json",
+    )
+    other = spec.model_copy(update={"program": str(path), "llm": LLMSpec(model="hosted_vllm/n")})
+    with pytest.raises(SpecError) as err:
+        load_program(other, prompt, ReviserSettings(min_citations=1))
+    assert [i.message for i in err.value.issues] == [
+        f"reviser.program: {path} does not fit this spec: it was compiled for reviser.llm.model hosted_vllm/m, "
+        "this spec asks hosted_vllm/n; scaffold.min_citations was 2 when it was compiled, this spec has 1. "
+        "Compile it for this spec (`pats compile-reviser SPEC --bundles DIR --out PATH`), or leave "
+        "reviser.program out"
+    ]
