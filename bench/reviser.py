@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, RESULTS, write_result  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load, record, save  # noqa: E402
-from reviser_score import BundleScore, bundle_check, score  # noqa: E402
+from reviser_score import BundleScore, bundle_check, kinds_fields, score  # noqa: E402
 
 OUT = RESULTS / "reviser"
 SERVED_KEY = "PATS_BENCH_SERVED_KEY"  # openai/ sends a key; transformers serve ignores it
@@ -193,25 +193,14 @@ def recount(label: str, bundles: list[ReviserBundle]) -> Path:
     """A committed result's stored first answers counted again for the columns added after it ran (the
     rules reviser's kinds of edit on each bundle, and an accepted set's agreement with them); what was
     measured (parsed, valid, tokens, seconds) is kept as it was. The LLM is not called."""
-    import asyncio
-
-    from pats.reviser.program import kinds_as_reference
-    from pats.reviser.rules import RulesReviser
-
     path = OUT / f"{label}.json"
     result = json.loads(path.read_text(encoding="utf-8"))
     by_name = {b.name: b for b in bundles}
     rows = []
     for row in result["rows"]:
         score = BundleScore.model_validate(row)
-        b = by_name[score.bundle]
-        reference = asyncio.run(
-            RulesReviser.for_scaffold(b.scaffold).revise(b.step, b.assessment, b.cards, b.entries)
-        )
-        kinds = kinds_as_reference(score.edits, reference) if score.set_valid else None
-        rows.append(
-            score.model_copy(update={"rules_ops": tuple(e.op for e in reference), "kinds_as_rules": kinds})
-        )
+        update = kinds_fields(by_name[score.bundle], score.edits, score.set_valid)
+        rows.append(score.model_copy(update=update))
     model = result["llm"]["model"] if result["reviser"] == "llm" else None
     result.update(
         recounted=datetime.date.today().isoformat(),

@@ -9,7 +9,8 @@ removal, task plans and grow mode). It counts: whether an edit list came back (`
 reviser could not read raises JudgeError and is not parsed), the edits proposed, the edits no validator
 problem names (`valid_edits`) and whether the set as a whole is accepted (`set_valid`: what the review
 applies), how far an accepted set's kinds of edit are the rules reviser's on the same bundle
-(`kinds_as_rules`, the compile metric's `kinds_as_reference`: agreement with the reference, not sense), the refusing rules by name, whether the citations keep the citation rules, and the type's
+(`kinds_as_rules`, the compile metric's `kinds_as_reference`: agreement with the reference, not
+sense), the refusing rules by name, whether the citations keep the citation rules, and the type's
 scaffold tokens before and after applying the valid edits (counted with the run's policy tokenizer).
 Calls, tokens (prompt and completion apart, and their sum) and seconds are the reviser's own `usage()`
 over the call.
@@ -81,6 +82,19 @@ def check(bundle: ReviserBundle, edits: Sequence[Edit], count: TokenCounter) -> 
     }
 
 
+def kinds_fields(bundle: ReviserBundle, edits: Sequence[Edit], set_valid: bool) -> dict:
+    """The rules reviser's kinds of edit on the bundle (under its run settings) and, for an accepted
+    set, how far its kinds are those (the BundleScore fields `rules_ops` and `kinds_as_rules`)."""
+    b = bundle
+    reference = asyncio.run(
+        RulesReviser.for_scaffold(b.scaffold).revise(b.step, b.assessment, b.cards, b.entries)
+    )
+    return {
+        "rules_ops": tuple(e.op for e in reference),
+        "kinds_as_rules": kinds_as_reference(edits, reference) if set_valid else None,
+    }
+
+
 def bundle_check(bundle: ReviserBundle, count: TokenCounter):
     """The review's check of an edit set under the bundle's run settings, as a reviser's `check`."""
 
@@ -116,10 +130,7 @@ def score(bundle: ReviserBundle, reviser, count: TokenCounter) -> BundleScore:
             answers, last_ok = 1, None
         fields = {"parsed": True, **check(bundle, first, count), "answers": answers}
         fields["valid_after_retry"] = fields["set_valid"] if last_ok is None else last_ok
-        reference = asyncio.run(RulesReviser.for_scaffold(bundle.scaffold).revise(*args))
-        fields["rules_ops"] = tuple(e.op for e in reference)
-        if fields["set_valid"]:
-            fields["kinds_as_rules"] = kinds_as_reference(first, reference)
+        fields.update(kinds_fields(bundle, first, fields["set_valid"]))
     except JudgeError as err:
         tokens = sum(count(e.text) for e in bundle.entries)
         fields = {

@@ -303,15 +303,15 @@ def read_sense(path: Path, args: list[str]) -> Reading:
     (its interval) and its sets against the rules' sets on the same episodes; the tasks and episodes
     per set. "no effect measured" when every one of those intervals reaches 0, "effect" otherwise."""
     r = Reading()
-    spans_zero = []
+    spans_zero, changes = [], []
     for label in args:
         res = _load(path / f"sense-{label}.json")
         s = res["summary"]
         r.ints(res["tasks_per_set"], res["episodes_per_task"], s["episodes"])
         r.signed(s["change"])
+        changes.append(s["change"])
         intervals = [s["change_interval"]] + ([s["vs_rules"]["interval"]] if "vs_rules" in s else [])
         spans_zero += [lo <= 0 <= hi for lo, hi in intervals]
-    changes = [_load(path / f"sense-{label}.json")["summary"]["change"] for label in args]
     r.must = [f"{min(changes):+.3f}", f"{max(changes):+.3f}"]
     r.numbers.add("0")  # the intervals' reaching 0 is what the row reports
     r.verdict = "no effect measured" if all(spans_zero) else "effect"

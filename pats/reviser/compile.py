@@ -126,17 +126,13 @@ def compile_program(
         )
     prompt, settings = load_reviser_prompt(), settings_of(spec)
     selection: list[Candidate] = []
-    if optimizer == "labeled":
+    if optimizer in ("labeled", "match"):  # match keeps every demo and shows each review one
         examples = demos(spec, train, prompt, count)
-        program = dspy.LabeledFewShot(k=k).compile(new_program(prompt), trainset=examples, sample=False)
+        kept_k = len(examples) if optimizer == "match" else k
+        program = dspy.LabeledFewShot(k=kept_k).compile(new_program(prompt), trainset=examples, sample=False)
+        program.match_demos = optimizer == "match"
     elif optimizer == "bootstrap":
         program = _bootstrap(spec, train, prompt, settings, count, k)
-    elif optimizer == "match":
-        examples = demos(spec, train, prompt, count)
-        program = dspy.LabeledFewShot(k=len(examples)).compile(
-            new_program(prompt), trainset=examples, sample=False
-        )
-        program.match_demos = True
     else:
         program, selection = _select(spec, train, prompt, settings, count, candidates)
     kept = len(program.revise.demos)
