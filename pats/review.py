@@ -320,6 +320,7 @@ def check_edits(
         task_type=assessment.task_type,
         task_plans=spec.task_plans,
         add_only=spec.mode == "grow",  # a bank that only grows (SkillRL-like)
+        plans_per_review=spec.plans_per_review,
     )
 
 

@@ -50,7 +50,15 @@ def delete(entry_id: str, cites=CITES) -> DeleteEdit:
 @pytest.fixture
 def check(count_tokens):
     def _check(
-        edits, mode, *, removal=True, min_citations=2, entries=ENTRIES, task_plans=True, add_only=False
+        edits,
+        mode,
+        *,
+        removal=True,
+        min_citations=2,
+        entries=ENTRIES,
+        task_plans=True,
+        add_only=False,
+        plans_per_review=0,
     ):
         return validate_edits(
             edits,
@@ -63,6 +71,7 @@ def check(count_tokens):
             min_citations=min_citations,
             task_type="twc",
             add_only=add_only,
+            plans_per_review=plans_per_review,
         )
 
     return _check
@@ -123,6 +132,27 @@ def test_too_few_distinct_citations(check):
 def test_expand_adds_at_most_two_skills_counting_plans(check):
     edits = [add(SKILLS[0]), add(SKILLS[1]), add("Go back to the start", "plan", "task:t1")]
     one(check(edits, E), "edits 0, 1, 2: 3 skill/plan ADDs; EXPAND accepts at most 2 skill/plan ADDs")
+
+
+def test_plans_per_review_are_beside_the_skill_budget(check):
+    plans = [
+        add("Go to the kitchen, then east", "plan", "task:t1"),
+        add("Open the chest first", "plan", "task:t2"),
+    ]
+    edits = [add(SKILLS[0]), plans[0], add(SKILLS[1]), plans[1]]  # EXPAND: two skills and two plans
+    assert check(edits, E, plans_per_review=2) == []
+    one(
+        check(edits, E, plans_per_review=1),
+        "edits 0, 2, 3: 3 skill/plan ADDs; EXPAND accepts at most 2 skill/plan ADDs (plans count as skills, "
+        "past the first 1 plans) and 1 mistake ADD",
+    )
+    one(check(edits, E), "edits 0, 1, 2, 3: 4 skill/plan ADDs; EXPAND accepts at most 2")
+    # the free plans are plans only: a skill never takes their place
+    one(
+        check([add(SKILLS[0]), add(SKILLS[1])], R, plans_per_review=2),
+        "edits 0, 1: 2 skill/plan ADDs; REVISE",
+    )
+    assert check([add(SKILLS[0]), *plans], R, plans_per_review=2) == []
 
 
 def test_expand_adds_at_most_one_mistake(check):

@@ -213,6 +213,49 @@ async def test_expert_plan_when_nothing_succeeded(valid):
     valid(edits, E, cards, [])
 
 
+async def test_plans_per_review_give_every_reviewed_task_its_plan(valid, count_tokens):
+    """With the published budgets (plans count as skills) EXPAND writes the type's skill and one plan;
+    with scaffold.plans_per_review the tasks' plans come beside them, one per task."""
+    plans = {
+        "t2": ["go east", "open fridge", "take milk", "go west", "put milk in fridge"],
+        "t3": ["look around", "take red scarf", "open wardrobe", "put red scarf in wardrobe"],
+        "t4": ["go north", "take dirty plate", "open dishwasher", "put dirty plate in dishwasher"],
+    }
+    tasks = tuple(plans)
+    cards = [
+        c
+        for k in tasks
+        for c in (outcome(k, 0.0), card(k, "expert", {"plan": plans[k], "first_departure": None}))
+    ]
+
+    def kinds(edits):
+        return [(e.kind, e.scope) for e in edits]
+
+    published = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
+    assert kinds(published) == [("skill", "type:twc"), ("plan", "task:t2")]
+    edits = await RulesReviser(True, 2, plans_per_review=3).revise(3, assess(E), cards, [])
+    assert kinds(edits) == [("skill", "type:twc")] + [("plan", f"task:{k}") for k in tasks]
+    assert (
+        validate_edits(
+            edits,
+            E,
+            [],
+            cards,
+            count_tokens,
+            removal=True,
+            min_citations=2,
+            task_type="twc",
+            plans_per_review=3,
+        )
+        == []
+    )
+    # two free plans: the third counts as the mode's second skill; REVISE has no room left for it
+    edits = await RulesReviser(True, 2, plans_per_review=2).revise(3, assess(E), cards, [])
+    assert kinds(edits) == [("skill", "type:twc")] + [("plan", f"task:{k}") for k in tasks]
+    edits = await RulesReviser(True, 2, plans_per_review=2).revise(3, assess(R), cards, [])
+    assert kinds(edits) == [("skill", "type:twc"), ("plan", "task:t2"), ("plan", "task:t3")]
+
+
 async def test_too_few_cards_to_cite_means_no_edit():
     assert await RulesReviser(True, 3).revise(3, assess(E), MIXED, []) == []
     assert len(await RulesReviser(True, 3).revise(3, assess(E), MIXED + [utility("t1", 0.5)], [])) == 2
@@ -455,6 +498,7 @@ def test_the_spec_reaches_the_rules_reviser_and_the_judge():
         Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml",
         [
             "scaffold.task_plans=false",
+            "scaffold.plans_per_review=0",
             "judge.removal_warmup=4",
             "judge.removal_threshold=0.25",
             "judge.ema_start=0",
@@ -464,3 +508,25 @@ def test_the_spec_reaches_the_rules_reviser_and_the_judge():
     assert rules.task_plans is False
     judge = build_judge(spec)
     assert (judge.spec.removal_warmup, judge.spec.removal_threshold, judge.spec.ema_start) == (4, 0.25, 0.0)
+
+
+def test_plans_per_review_reaches_the_rules_reviser_and_is_refused_where_it_cannot_apply():
+    from pathlib import Path
+
+    from pats.build import build_revisers
+    from pats.errors import SpecError
+    from pats.spec import load_spec
+
+    experiments = Path(__file__).resolve().parents[1] / "experiments"
+    _, rules = build_revisers(load_spec(experiments / "quickstart.yaml", ["scaffold.plans_per_review=4"]))
+    assert rules.plans_per_review == 4
+    with pytest.raises(SpecError) as err:
+        load_spec(
+            experiments / "quickstart.yaml", ["scaffold.plans_per_review=4", "scaffold.task_plans=false"]
+        )
+    assert "scaffold.task_plans is false, so reviews add no task plans; set plans_per_review: 0" in str(
+        err.value
+    )
+    with pytest.raises(SpecError) as err:
+        load_spec(experiments / "ablations" / "llm_reviser_openai.yaml", ["scaffold.plans_per_review=4"])
+    assert "reviser.kind llm answers in the published mode budgets" in str(err.value)

@@ -96,6 +96,7 @@ class RulesReviser:
             mode_of_scaffold=sc.mode,
             budget=sc.budget,
             task_plans=sc.task_plans,
+            plans_per_review=sc.plans_per_review,
         )
 
     def __init__(
@@ -105,8 +106,10 @@ class RulesReviser:
         mode_of_scaffold: Literal["grow", "pats"] = "pats",
         budget: ScaffoldBudget | None = None,
         task_plans: bool = True,
+        plans_per_review: int = 0,
     ):
         self.task_plans = task_plans  # false: no task-scoped plans, only guidance that can transfer
+        self.plans_per_review = plans_per_review  # plans beside the mode's skill budget
         self.removal = removal
         self.min_citations = min_citations
         self.mode_of_scaffold = mode_of_scaffold
@@ -154,11 +157,17 @@ class RulesReviser:
             candidates.append(mistake)
 
         kept: list[AddEdit] = []
+        free_plans = self.plans_per_review  # scaffold.plans_per_review: plans beside the skill budget
         for add in filter(None, candidates):
             if add.scope in withdrawn:
                 continue  # the judge withdrew this scope: it gets no new entries while it stays solved
-            n_kind = sum((a.kind == "mistake") == (add.kind == "mistake") for a in kept)
-            if n_kind >= (max_mistakes if add.kind == "mistake" else max_skills):
+            free = add.kind == "plan" and sum(a.kind == "plan" for a in kept) < free_plans
+            counted = (
+                [a for a in kept if a.kind == "mistake"]
+                if add.kind == "mistake"
+                else _counted(kept, free_plans)
+            )
+            if not free and len(counted) >= (max_mistakes if add.kind == "mistake" else max_skills):
                 continue
             same_scope = [e.text for e in view if e.scope == add.scope]
             if any(is_near_duplicate(add.text, x) for x in same_scope + [a.text for a in kept]):
@@ -452,3 +461,10 @@ class _Evidence:
                 ids.append(c.id)
         ids = list(dict.fromkeys(ids))
         return tuple(ids) if len(ids) >= self.min_citations else None
+
+
+def _counted(kept: Sequence[AddEdit], free_plans: int) -> list[AddEdit]:
+    """The skill and plan ADDs that count against the mode's skill budget: all but the first
+    `free_plans` plans (validate's rule, scaffold.plans_per_review)."""
+    plans = [a for a in kept if a.kind == "plan"][:free_plans]
+    return [a for a in kept if a.kind != "mistake" and not any(a is p for p in plans)]

@@ -104,6 +104,7 @@ def validate_edits(
     task_type: str,
     task_plans: bool = True,
     add_only: bool = False,
+    plans_per_review: int = 0,
 ) -> list[str]:
     """Every problem of one task type's edit set for this mode (empty list: valid); the store's rules
     (`edit_problems`) are among them, checked within the type's entries and scopes."""
@@ -114,7 +115,7 @@ def validate_edits(
     problems: list[str] = []
 
     problems += _citation_problems(edits, card_ids, min_citations)
-    problems += _mode_problems(edits, mode, removal)
+    problems += _mode_problems(edits, mode, removal, plans_per_review)
     problems += edit_problems(edits, entries, scopes=scopes)
     problems += _duplicate_problems(edits, entries)
     if not task_plans:
@@ -251,11 +252,15 @@ def _citation_problems(edits: Sequence[AnyEdit], card_ids: set[str], min_citatio
     return problems
 
 
-def _mode_problems(edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool) -> list[str]:
+def _mode_problems(
+    edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool, plans_per_review: int = 0
+) -> list[str]:
     budget = MODE_BUDGETS[mode]
     problems = []
     adds = [(i, e) for i, e in enumerate(edits) if isinstance(e, AddEdit)]
-    skills = [i for i, e in adds if e.kind in ("skill", "plan")]
+    # The first `plans_per_review` plans are beside the mode's skill budget (scaffold.plans_per_review).
+    free = set([i for i, e in adds if e.kind == "plan"][:plans_per_review])
+    skills = [i for i, e in adds if e.kind in ("skill", "plan") and i not in free]
     mistakes = [i for i, e in adds if e.kind == "mistake"]
     if mode is ReviewMode.PRUNE:
         for i, edit in enumerate(edits):
@@ -279,8 +284,9 @@ def _mode_problems(edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool) ->
             if most is not None and len(idx) > most:
                 problems.append(
                     f"edits {', '.join(map(str, idx))}: {len(idx)} {kinds} ADDs; {mode.value} accepts at "
-                    f"most {budget.skills} skill/plan ADDs (plans count as skills) and "
-                    f"{budget.mistakes} mistake ADD; keep the best-supported ones"
+                    f"most {budget.skills} skill/plan ADDs (plans count as skills"
+                    + (f", past the first {plans_per_review} plans" if plans_per_review else "")
+                    + f") and {budget.mistakes} mistake ADD; keep the best-supported ones"
                 )
     for i, edit in enumerate(edits):
         if not isinstance(edit, DeleteEdit):

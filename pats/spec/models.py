@@ -94,6 +94,16 @@ class ScaffoldSpec(SpecModel):
         description="Reviews may add task-scoped plans (from the policy's wins, and from expert plans with the "
         "expert card); false leaves only guidance that can reach other games (general and type-scoped).",
     )
+    plans_per_review: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Task plans an EXPAND or REVISE review may add beyond its mode's skill budget: 0 counts "
+        "plans as skills (the published budgets: EXPAND two, REVISE one, so a review that writes the type's "
+        "skill has room for one plan at most); trainer.tasks_per_step lets every reviewed game that lacks a "
+        "plan get one at its first review. The rules reviser only (an LLM reviser's schema keeps the "
+        "published budgets).",
+    )
     probe_fraction: float = Field(
         0.25, ge=0.0, lt=1.0, description="Share of each group run without the scaffold (utility card)."
     )
@@ -641,6 +651,22 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 "scaffold.cards",
                 "the utility card compares rollouts with and without the scaffold; set "
                 "scaffold.probe_fraction > 0 or remove utility from scaffold.cards",
+            )
+        )
+    if sc.plans_per_review and not sc.task_plans:
+        out.append(
+            (
+                "scaffold.plans_per_review",
+                "scaffold.task_plans is false, so reviews add no task plans; set plans_per_review: 0 or "
+                "task_plans: true",
+            )
+        )
+    if sc.plans_per_review and spec.reviser.kind != "rules":
+        out.append(
+            (
+                "scaffold.plans_per_review",
+                f"reviser.kind {spec.reviser.kind} answers in the published mode budgets (plans count as "
+                "skills); set plans_per_review: 0, or reviser.kind: rules",
             )
         )
     if "expert" in sc.cards and not sc.privileged:
