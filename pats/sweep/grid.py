@@ -1,14 +1,15 @@
 """A sweep's grid: specs x override combinations x seeds, each cell a resolved, validated spec.
 
-A sweep comes from the command line (`pats sweep SPEC... --seeds 0-3 KEY=VALUE...`) or from a YAML file
-whose one top-level key is `sweep:` (`SweepSpec`'s fields; spec paths relative to that file), for grids
-too large to type. Every cell is loaded and validated before anything runs, and every problem of every
-cell is reported at once.
+A sweep comes from the command line (`pats sweep SPEC... --seeds 0-3 KEY=VALUE... KEY=a,b`; the grid
+syntax is pats.sweep.multirun's) or from a YAML file whose one top-level key is `sweep:` (`SweepSpec`'s
+fields; its spec paths and its `root:` relative to that file), for grids too large to type. Every cell
+is loaded and validated before anything runs, and every problem of every cell is reported at once.
 
 Names: a cell's condition is its spec's `name` (after the overrides), with `-<key><value>` per grid
 value when the sweep has a grid; its run is `<condition>-s<seed>` in `<root>/<sweep name>/`. Each cell
 gets `seed`, `name`, `logging.root` and `logging.group` (the sweep's name: one W&B group per sweep) as
-overrides after the sweep's own, so those four keys belong to the sweep.
+overrides after the sweep's own, so those four keys belong to the sweep; and, when cells run as Ray
+tasks, `trainer.threads` (the CPUs each asks for) where its spec leaves it unset.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -47,9 +49,19 @@ class SweepSpec(SpecModel):
     grid: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="KEY -> values: every combination is a condition of every spec."
     )
-    root: str = Field("runs/sweeps", description="Sweeps are written to <root>/<name>/.")
+    root: str = Field(
+        "runs/sweeps",
+        description="Sweeps are written to <root>/<name>/; in a sweep file relative to the file, else to "
+        "the working directory.",
+    )
+    order: Literal["spec", "seed"] = Field(
+        "spec",
+        description="Which cells run first: spec, each spec's seeds before the next spec; seed, every "
+        "condition of a seed before the next seed (a campaign stopped early holds paired cells).",
+    )
     cpus: float = Field(1.0, gt=0, description="CPUs a cell asks of Ray (--ray).")
     gpus: float = Field(0.0, ge=0, description="GPUs a cell asks of Ray (--ray).")
+    memory: float = Field(0.0, ge=0, description="GiB of memory a cell asks of Ray (--ray); 0: no ask.")
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,7 @@ def is_sweep_file(path: str | Path) -> bool:
 
 
 def load_sweep_file(path: str | Path) -> SweepSpec:
-    """A sweep file's section, its spec paths made relative to the file's folder."""
+    """A sweep file's section, its spec paths and its root read relative to the file's folder."""
     path = Path(path)
     section = yaml.safe_load(path.read_text(encoding="utf-8"))["sweep"]
     if not isinstance(section, dict):
@@ -103,7 +115,32 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
     if isinstance(section.get("specs"), list):
         section["specs"] = [os.path.normpath(path.parent / s) for s in section["specs"]]
     section.setdefault("name", path.stem)
+    if isinstance(section.get("root"), str) and isinstance(section["name"], str):
+        section["root"] = _file_root(path, section["root"], section["name"])
     return validated(section, str(path))
+
+
+def _file_root(path: Path, root: str, name: str) -> str:
+    """`root:` read relative to the sweep file. Refused where that folder does not exist and the one
+    relative to the working directory (how pats read `root:` before issue 49) holds this sweep, or
+    could (its parent exists where the file's has none): the sweep would otherwise start over in a
+    folder nobody meant instead of continuing its cells."""
+    mine = Path(os.path.normpath(path.parent / root))
+    before = Path(os.path.abspath(root))
+    if Path(os.path.abspath(mine)) == before or mine.exists():
+        return str(mine)
+    if (before / name).is_dir() or (before.parent.is_dir() and not mine.parent.exists()):
+        raise SpecError(
+            SpecIssue(
+                "sweep.root",
+                f"'{root}' is read relative to the sweep file (since issue 49; before, relative to the "
+                f"working directory): it names {os.path.abspath(mine)}, which does not exist, where before "
+                f"it named {before}; write root: {os.path.relpath(before, path.parent)} for the latter, or "
+                "create the former first",
+            ),
+            file=str(path),
+        )
+    return str(mine)
 
 
 def validated(section: dict, where: str) -> SweepSpec:
@@ -126,13 +163,20 @@ def _label(key: str, value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "", key.split(".")[-1] + value)
 
 
-def cells(sweep: SweepSpec) -> tuple[Cell, ...]:
-    """Every cell, in order: spec, then grid combination, then seed. Raises SpecError with every
-    problem of every cell."""
+def sweep_folder(sweep: SweepSpec) -> Path:
+    """<root>/<name>, absolute (and without `..`)."""
+    return Path(os.path.abspath(Path(sweep.root) / sweep_name(sweep)))
+
+
+def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
+    """Every cell, in order: spec, then grid combination, then seed (`order: seed`: seed first); with
+    `threads`, a local-backend cell whose spec leaves trainer.threads unset gets it. Raises SpecError
+    with every problem of every cell."""
     from pats.spec import load_spec
+    from pats.spec.models import LocalTrainerSpec
 
     issues = _owned_issues(sweep)
-    folder = (Path(sweep.root) / sweep_name(sweep)).absolute()
+    folder = sweep_folder(sweep)
     keys = sorted(sweep.grid)
     combos = list(itertools.product(*(sweep.grid[k] for k in keys))) or [()]
     out: list[Cell] = []
@@ -145,6 +189,8 @@ def cells(sweep: SweepSpec) -> tuple[Cell, ...]:
                 issues += [_in(i, source) for i in err.issues]
                 continue
             condition = "-".join([base.name, *(_label(k, v) for k, v in zip(keys, combo, strict=True))])
+            if threads and isinstance(base.trainer, LocalTrainerSpec) and base.trainer.threads is None:
+                varied = (*varied, f"trainer.threads={threads}")
             for seed in sweep.seeds:
                 extra = (f"seed={seed}", f"name={condition}-s{seed}", f"logging.root={folder}",
                          f"logging.group={sweep_name(sweep)}")  # fmt: skip
@@ -153,6 +199,8 @@ def cells(sweep: SweepSpec) -> tuple[Cell, ...]:
     issues += list(dict.fromkeys(_duplicates(out)))
     if issues:
         raise SpecError(issues, file="pats sweep")
+    if sweep.order == "seed":  # stable: within a seed, the specs' and grid's order
+        out.sort(key=lambda c: sweep.seeds.index(c.seed))
     return tuple(out)
 
 
