@@ -1,12 +1,9 @@
-"""The reviser benchmark's bundles: the records and their recording live in the package
-(`pats.reviser.bundles`, which `pats compile-reviser` reads too); the committed bundles are here."""
+"""The reviser benchmark's bundles: the records, their recording and the committed bundles live in the
+package (`pats.reviser.bundles`; the bundles ship as its data, `SHIPPED`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from pats.reviser.bundles import SHIPPED as BUNDLES
 from pats.reviser.bundles import ReviserBundle, load, record, save
-
-BUNDLES = Path(__file__).resolve().parent / "reviser_bundles"
 
 __all__ = ["BUNDLES", "ReviserBundle", "load", "record", "save"]

@@ -83,6 +83,10 @@ def test_a_clone_builds_and_installs_our_package(tmp_path):
     assert wheel.name == f"pats-{pats.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     assert "pats/backends/verl/preflight.py" in names and "pats/backends/verl/loop.py" in names
+    # `pats reviser bench` and `pats compile-reviser` read the shipped bundles by default: package data
+    shipped = sorted(p.name for p in (REPO / "pats" / "reviser" / "shipped_bundles").glob("*.json"))
+    packaged = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("pats/reviser/shipped_bundles/"))
+    assert len(shipped) == 34 and packaged == shipped, "pyproject's package-data ships the reviser bundles"
     metadata = zipfile.ZipFile(wheel).read(f"pats-{pats.__version__}.dist-info/METADATA").decode()
     assert 'Requires-Dist: verl==0.9.1; extra == "verl"' in metadata
 

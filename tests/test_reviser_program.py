@@ -15,7 +15,7 @@ from dspy.utils import DummyLM
 from pats.errors import SpecError
 from pats.protocols import RefiningReviser
 from pats.review import check_edits
-from pats.reviser.bundles import ReviserBundle, load, save
+from pats.reviser.bundles import SHIPPED, ReviserBundle, load, save
 from pats.reviser.llm import (
     CardAliases,
     LLMReviser,
@@ -40,7 +40,7 @@ from pats.types import AddEdit, Attempt, DeleteEdit, ReviewMode, UpdateEdit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_llm_reviser import ASSESSMENT, CARDS, ENTRIES, prompt_of  # noqa: E402
 
-BUNDLES = Path(__file__).resolve().parents[1] / "bench" / "reviser_bundles"
+BUNDLES = SHIPPED
 TWC = [c for c in CARDS if c.task_type == "twc"]  # C1 outcome, C2 failure, C3 expert
 
 

@@ -23,15 +23,16 @@ reviser.program: PATH; a program compiled for another model or other scaffold se
              (else of its mode, else none), whose kinds of edit a small model copies (no LLM needed)
 
 examples:
-  pats compile-reviser experiments/llm/reviser_vllm.yaml --bundles bench/reviser_bundles
-  pats compile-reviser SPEC reviser.llm.model=hosted_vllm/M --bundles DIR --optimizer bootstrap --demos 3
-  pats compile-reviser SPEC --bundles DIR --optimizer select --candidates 4"""
+  pats compile-reviser experiments/ablations/llm_reviser_embedded.yaml      # the shipped train bundles
+  pats compile-reviser SPEC reviser.llm.model=hosted_vllm/M --optimizer bootstrap --demos 3
+  pats compile-reviser SPEC --bundles DIR --optimizer select --candidates 4   # your own (pats reviser record)
+  pats reviser bench --model M --program programs/reviser-M.json --compare M  # compiled against uncompiled"""
 
 
 def cmd_compile_reviser(args: argparse.Namespace) -> int:
     from pats.cli.args import _split_args
     from pats.models import token_counter
-    from pats.reviser.bundles import load
+    from pats.reviser.bundles import SHIPPED, load
     from pats.reviser.compile import compile_program, default_out
     from pats.reviser.program import save_program
     from pats.spec import load_spec
@@ -42,9 +43,13 @@ def cmd_compile_reviser(args: argparse.Namespace) -> int:
             f"`pats compile-reviser` takes one spec file and overrides, got {len(specs)}: {specs}"
         )
     spec = load_spec(specs[0], overrides)
-    if not args.bundles.is_dir():
-        raise SpecError(f"--bundles {args.bundles}: not a folder of reviser bundles (*.json)")
-    bundles = load(args.bundles)
+    folder = args.bundles or SHIPPED
+    if not folder.is_dir():
+        raise SpecError(
+            f"--bundles {folder}: not a folder of reviser bundles (*.json); record some with "
+            "`pats reviser record RUN_DIR --split train`"
+        )
+    bundles = load(folder)
     program, meta = compile_program(
         spec,
         bundles,
@@ -73,7 +78,11 @@ def add_compile_parser(sub) -> None:
     p.add_argument(
         "items", nargs="+", metavar="SPEC|KEY=VALUE", help="one spec (reviser.kind: llm) and overrides"
     )
-    p.add_argument("--bundles", type=Path, required=True, help="folder of bundles; their train split is used")
+    p.add_argument(
+        "--bundles",
+        type=Path,
+        help="folder of bundles; their train split is used (default: the shipped ones)",
+    )
     p.add_argument("--out", type=Path, help="where to save (default programs/reviser-<model>.json)")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="labeled", help="default: labeled")
     p.add_argument(

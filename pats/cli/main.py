@@ -1,5 +1,5 @@
 """`pats` command line: validate, show, plan, run, warm-start, report, scaffold, eval, export, schema, data,
-sweep and compare.
+compile-reviser, reviser (bench, record), sweep and compare.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
@@ -425,12 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     from pats.cli.compile_reviser import add_compile_parser
+    from pats.cli.reviser import add_reviser_parser
     from pats.cli.sweep import add_sweep_parser
     from pats.compare.command import add_compare_parser
     from pats.data.command import add_data_parser
 
     add_data_parser(sub)
     add_compile_parser(sub)
+    add_reviser_parser(sub)
     add_sweep_parser(sub)
     add_compare_parser(sub)
     return parser

@@ -4,11 +4,13 @@ A bundle is one task type's review at one step: the step's evidence cards (all o
 passes them; the reviser shows its type's), the judge's assessment (mode, statistics, verdicts), the
 scaffold entries the review handed the reviser (`ScaffoldStore.entries_for_type` of the version the
 step's groups were pinned to), and the run's scaffold section (min_citations, removal, task plans,
-budget, mode) that the reviser and the validator read. `bench/reviser.py` replays bundles against any
-reviser, and `pats compile-reviser` compiles the reviser's program against the `train` split (a
-`heldout` bundle is only ever scored). `record(run_dir)` makes them from a finished run directory,
-read back through the event log's typed records (`card`, `assessment`, `groups` events) and the
-scaffold's version files, so a bundle is what the run's reviser saw, not a reconstruction of it.
+budget, mode) that the reviser and the validator read. `pats reviser bench` replays bundles against
+any reviser, and `pats compile-reviser` compiles the reviser's program against the `train` split (a
+`heldout` bundle is only ever scored); both read the bundles shipped with pats (`SHIPPED`, package
+data) unless given a folder. `record(run_dir)` (`pats reviser record RUN_DIR`) makes them from a
+finished run directory, read back through the event log's typed records (`card`, `assessment`,
+`groups` events) and the scaffold's version files, so a bundle is what the run's reviser saw, not a
+reconstruction of it.
 
 Where it departs from the run: the store's list of pinned tasks (which task-scoped entries the type
 sees) is rebuilt from the `groups` events up to the step; evaluation pins are not logged, and they
@@ -27,6 +29,10 @@ from pats.scaffold import ScaffoldStore
 from pats.spec import ExperimentSpec, load_spec
 from pats.spec.models import ScaffoldSpec
 from pats.types import Assessment, EvidenceCard, Record, ScaffoldEntry
+
+# The bundles shipped with pats (package data): 19 held-out and 15 train reviews of real runs, described
+# in docs/llm.md, "Reviser benchmark".
+SHIPPED = Path(__file__).resolve().parent / "shipped_bundles"
 
 
 class ReviserBundle(Record):
@@ -131,7 +137,7 @@ def load(folder: Path, names: Sequence[str] = (), split: str | None = None) -> l
     paths = sorted(folder.glob("*.json"))
     if not paths:
         raise FileNotFoundError(
-            f"no bundles in {folder}; record some: python bench/reviser.py --record RUN_DIR"
+            f"no bundles in {folder}; record some: pats reviser record RUN_DIR --bundles {folder}"
         )
     bundles = [ReviserBundle.model_validate_json(p.read_text(encoding="utf-8")) for p in paths]
     if split is not None:

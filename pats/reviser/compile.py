@@ -1,9 +1,11 @@
 """`pats compile-reviser`: the reviser's DSPy program compiled against recorded bundles, and saved.
 
 Demos are what a good answer looks like on evidence the program will not be scored on: the train split
-of reviser bundles (`pats.reviser.bundles`, `split: train`), each rendered exactly as a review renders
-it (card names, budget text, verdicts) under the spec's scaffold settings, answered by the offline
-rules reviser, and kept only where the review's check accepts that answer under the spec's settings.
+of reviser bundles (`pats.reviser.bundles`, `split: train`; the shipped ones by default), each rendered
+exactly as a review renders it (card names, budget text, verdicts) under the spec's scaffold settings,
+answered by the offline rules reviser, and kept only where the review's check accepts that answer
+under the spec's settings. The answer and the check are `pats.reviser.score`'s (`rules_answer`,
+`problems`), which `pats reviser bench` scores with too.
 
 - `labeled` (the default, no LLM needed): `dspy.LabeledFewShot` with the first `demos` of them:
   answers that add guidance first, then other answers with edits, then empty ones, each the shortest
@@ -42,6 +44,7 @@ from pats.protocols import TokenCounter
 from pats.reviser.bundles import ReviserBundle
 from pats.reviser.llm import ReviserPrompt, ReviserSettings, load_reviser_prompt, revise_call
 from pats.reviser.program import INPUT_FIELDS, Candidate, ProgramMeta, meta_of, new_program
+from pats.reviser.score import problems, rules_answer
 from pats.spec.models import ExperimentSpec
 
 OPTIMIZERS = ("labeled", "bootstrap", "select", "match")
@@ -72,15 +75,11 @@ def named_demos(
     """`demos`, each with the name of the bundle it came from."""
     import dspy
 
-    from pats.review import check_edits
-    from pats.reviser.rules import RulesReviser
-
     settings = settings_of(spec)
-    rules = RulesReviser.for_scaffold(spec.scaffold)
     examples = []
     for b in bundles:
-        edits = asyncio.run(rules.revise(b.step, b.assessment, b.cards, b.entries))
-        if check_edits(spec.scaffold, edits, b.assessment, b.entries, b.cards, count):
+        edits = rules_answer(b, spec.scaffold)
+        if problems(b, edits, count, spec.scaffold):
             continue
         call = revise_call(prompt, b.assessment, b.cards, b.entries, settings)
         answer = [
@@ -122,7 +121,7 @@ def compile_program(
     if not train:
         raise SpecError(
             "no train bundles: compile against bundles recorded with --split train "
-            "(python bench/reviser.py --record RUN_DIR --split train); held-out bundles are never compiled on"
+            "(pats reviser record RUN_DIR --split train); held-out bundles are never compiled on"
         )
     prompt, settings = load_reviser_prompt(), settings_of(spec)
     selection: list[Candidate] = []
@@ -148,21 +147,18 @@ def _scored_examples(spec, train, prompt, settings, count, structured: bool) -> 
     import dspy
 
     from pats.lm import response_format
-    from pats.review import check_edits
-    from pats.reviser.rules import RulesReviser
 
-    rules = RulesReviser.for_scaffold(spec.scaffold)
     examples = []
     for b in train:
         call = revise_call(prompt, b.assessment, b.cards, b.entries, settings)
 
         def check(edits, b=b):
-            return check_edits(spec.scaffold, edits, b.assessment, b.entries, b.cards, count)
+            return problems(b, edits, count, spec.scaffold)
 
         extra: dict[str, Any] = {"aliases": call.aliases, "check": check, "attempts": 1}
         if structured:
             extra["config"] = {"response_format": response_format("pats_edits", call.schema)}
-        reference = asyncio.run(rules.revise(b.step, b.assessment, b.cards, b.entries))
+        reference = rules_answer(b, spec.scaffold)
         examples.append(
             dspy.Example(**call.inputs, **extra, reference=reference).with_inputs(*INPUT_FIELDS, *extra)
         )
