@@ -18,6 +18,7 @@ import pytest
 from pats.errors import SpecError
 from pats.logging.events import StepEndEvent, read_events
 from pats.sweep import SweepSpec, cells, parse_seeds, run_sweep, sweep_name
+from pats.sweep.status import status_rows
 from pats.testing.sweep import scripted_trainers
 
 TINY = (
@@ -113,6 +114,11 @@ def test_a_killed_sweep_resumes_its_cell_and_skips_the_finished_one(repo, tmp_pa
     assert "cell 1/4 quickstart-s0: ran" in out and "cell 2/4" in out and "cell 3/4" not in out
     assert step_ends(tmp_path / "tiny" / "quickstart-s0") == [0, 1, 2]
     assert step_ends(second) != [0, 1, 2]  # killed before it ended
+    # its record still says running, but its process is gone; the cells after it were never started
+    assert [(r.cell, r.status) for r in status_rows(tmp_path / "tiny")] == [
+        ("quickstart-s0", "finished"), ("quickstart-s1", "interrupted"),
+        ("quickstart-grpo-s0", "pending"), ("quickstart-grpo-s1", "pending"),
+    ]  # fmt: skip
 
     lines: list[str] = []
     results = run_sweep(sweep, say=lines.append, trainers=scripted_trainers())
@@ -146,10 +152,13 @@ def test_a_failed_cell_is_reported_and_the_others_go_on(repo, tmp_path):
     )
     assert [r.status for r in results] == ["ran", "ran", "failed", "ran"]
     assert results[2].error == "RuntimeError: out of memory (scripted)"
-    assert any(line.startswith("cell 3/4 quickstart-grpo-s0: FAILED") for line in lines)
+    failed = tmp_path / "tiny" / "quickstart-grpo-s0"
+    (said,) = [line for line in lines if line.startswith("cell 3/4 quickstart-grpo-s0: FAILED after ")]
+    assert said.endswith(f" s: RuntimeError: out of memory (scripted) (log: {failed / 'log.txt'})")
     assert "3 ran, 1 failed" in lines[-1]
-    # the failed cell left nothing to resume (no step ended), so the next run starts it afresh
-    assert not (tmp_path / "tiny" / "quickstart-grpo-s0").exists()
+    # the failed cell left nothing to resume (no step ended), so the next run starts it afresh; its
+    # folder keeps only the sweep's record of it
+    assert sorted(p.name for p in failed.iterdir()) == ["log.txt", "status.json", "traceback.txt"]
 
 
 def test_a_cell_whose_folder_holds_another_spec_is_refused_not_overwritten(repo, tmp_path):
@@ -158,10 +167,16 @@ def test_a_cell_whose_folder_holds_another_spec_is_refused_not_overwritten(repo,
     changed = sweep.model_copy(
         update={"overrides": (*TINY[:-1], "logging.progress=false", "trainer.steps=4")}
     )
+    manifest = (tmp_path / "tiny" / "sweep.json").read_text()
+    written = (tmp_path / "tiny" / "sweep.json").stat()
     results = run_sweep(changed, say=lambda line: None, trainers=scripted_trainers())
-    assert [r.status for r in results] == ["failed", "failed"]
-    assert "holds a run of another spec" in results[0].error and "another --name" in results[0].error
+    assert [r.status for r in results] == ["refused", "refused"]
+    assert "holds a run of another spec than this cell's (trainer.steps: 3 there, 4 here" in results[0].error
+    assert "another --name" in results[0].error
     assert step_ends(tmp_path / "tiny" / "quickstart-s0") == [0, 1, 2]  # untouched
+    assert (tmp_path / "tiny" / "sweep.json").read_text() == manifest  # still describes what is there
+    again = (tmp_path / "tiny" / "sweep.json").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # not rewritten
 
 
 def test_the_cli_plans_from_a_sweep_file_and_the_command_line(repo, tmp_path, capsys):
@@ -214,6 +229,9 @@ def test_shipped_sweep_files_plan_and_validate_and_open_with_their_command(path,
     monkeypatch.chdir(repo)
     assert path.read_text().splitlines()[0] == f"# Run: pats sweep {path.relative_to(repo)}"
     planned = cells(load_sweep_file(path))
+    # root: is relative to the file: the cells land in the repository's runs/ or bench/results/, never
+    # under experiments/sweeps/
+    assert planned[0].run_dir.parent.parent.relative_to(repo).parts[0] in ("runs", "bench")
     assert len(planned) == len({c.name for c in planned}) > 1
     assert main(["validate", str(path.relative_to(repo))]) == 0
     assert f"sweep: {len(planned)} cells" in capsys.readouterr().out

@@ -10,7 +10,6 @@ set, say), its `report/outcomes_eval.json`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,15 +114,17 @@ def _pats_eval(run_dir: Path):
 
 
 def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
-    """Each argument is a run directory (holds spec.yaml) or a folder of them (a sweep: its sweep.json's
-    cells, else every subfolder that holds a run)."""
+    """Each argument is a run directory (holds spec.yaml) or a folder of them: a sweep (its sweep.json's
+    cells, found by name under it, never elsewhere; refused when cells it names are not there:
+    `pats.sweep.manifest.cell_dirs`), else every subfolder that holds a run."""
+    from pats.sweep.manifest import MANIFEST, cell_dirs
+
     found: list[Path] = []
     for arg in map(Path, paths):
         if (arg / "spec.yaml").is_file():
             found.append(arg)
-        elif (arg / "sweep.json").is_file():
-            cells = json.loads((arg / "sweep.json").read_text())["cells"]
-            found += [Path(c["run_dir"]) for c in cells if (Path(c["run_dir"]) / "spec.yaml").is_file()]
+        elif (arg / MANIFEST).is_file():
+            found += cell_dirs(arg)
         elif arg.is_dir() and any((sub / "spec.yaml").is_file() for sub in arg.iterdir()):
             found += sorted(sub for sub in arg.iterdir() if (sub / "spec.yaml").is_file())
         else:

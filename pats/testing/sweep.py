@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,33 +22,39 @@ from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 
 
 class _SlowBackend(ScriptedBackend):
-    """A ScriptedBackend whose update takes `step_s` seconds of wall time (a window to kill a run in)."""
+    """A ScriptedBackend whose update takes `step_s` seconds of wall time (a window to kill a run in),
+    and with `dies` ends its process at its first update, as a crash or the kernel's OOM killer would."""
 
-    def __init__(self, seed: int, step_s: float):
+    def __init__(self, seed: int, step_s: float, dies: bool = False):
         super().__init__(improving_schedule(), seed=seed)
         self.step_s = step_s
+        self.dies = dies
 
     async def update(self, played):
         time.sleep(self.step_s)  # blocks like a real update, so a signal lands mid-step
+        if self.dies:
+            os._exit(9)
         return await super().update(played)
 
 
-def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0) -> Path:
-    """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run)."""
+def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "") -> Path:
+    """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run); the
+    run named `dies` ends its process at its first update. It prints one line as it starts."""
     from pats.engine.run import train
 
+    print(f"scripted training of {spec.name} (threads {getattr(spec.trainer, 'threads', None)})", flush=True)
     return asyncio.run(
         train(
             spec,
             run_dir,
             state,
             env_factory=lambda s: lambda: FakeEnv(num_tasks=4),
-            backend_for=lambda s, make_env: _SlowBackend(s.seed, step_s),
+            backend_for=lambda s, make_env: _SlowBackend(s.seed, step_s, dies=s.name == dies),
             count_tokens=lambda text: len(text.split()),
         )
     )
 
 
-def scripted_trainers(step_s: float = 0.0) -> Mapping[str, object]:
+def scripted_trainers(step_s: float = 0.0, dies: str = "") -> Mapping[str, object]:
     """`TRAINERS` with the local backend trained by `scripted_train`; picklable (Ray tasks take it)."""
-    return {"local": functools.partial(scripted_train, step_s=step_s)}
+    return {"local": functools.partial(scripted_train, step_s=step_s, dies=dies)}

@@ -1,0 +1,147 @@
+"""Cells as Ray tasks: on a Ray cluster that is already running (`--ray ADDRESS`), or on a Ray instance
+this command starts on this machine, sized to it, and stops at its end (`--ray local`; `--parallel N`).
+
+Each cell is one Ray task asking for CPUs, GPUs and memory (the sweep's `cpus`, `gpus`, `memory`; with
+`--parallel N`, a 1/N share of each of the machine's), so Ray decides how many run at once and where:
+pats schedules nothing itself. A cell's spec that leaves `trainer.threads` unset gets the CPUs it asks
+for (at least 1), so N cells do not each start a thread per core. Ray's log de-duplication is off
+(RAY_DEDUP_LOGS=0: it merged the progress lines of different cells) and each line a cell prints comes
+to this terminal prefixed by Ray with the cell's name, `(quickstart-s0 pid=...)`. A worker that dies
+(out of memory, a crash) fails its cell only, timed from the cell's own start.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pats.errors import PrerequisiteError, install_hint
+from pats.sweep.cell import CellResult, line, ray_task
+from pats.sweep.grid import Cell, SweepSpec
+from pats.sweep.record import LOG, CellStatus, read_status, write_status
+
+GIB = 1024**3
+OBJECT_STORE = 256 * 1024**2  # a local Ray's object store: cells pass specs and results, nothing large
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What each cell's Ray task asks for; `parallel`: a 1/N share of the machine, decided when Ray is up."""
+
+    cpus: float
+    gpus: float
+    memory_gb: float
+    parallel: int | None = None
+
+    @property
+    def threads(self) -> int:
+        return max(1, int(self.cpus))
+
+    def text(self) -> str:
+        memory = f", {self.memory_gb:.1f} GiB" if self.memory_gb else ""
+        return f"{self.cpus:g} CPU, {self.gpus:g} GPU{memory} each"
+
+
+def machine_cpus() -> int:
+    """The CPUs this process may run on (a container's share, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def asks_for(sweep: SweepSpec, parallel: int | None) -> Asks:
+    """The sweep's own asks, or with `parallel` 1/N of this machine's CPUs (GPUs and memory once Ray
+    has measured them)."""
+    if parallel:
+        return Asks(machine_cpus() / parallel, 0.0, 0.0, parallel)
+    return Asks(sweep.cpus, sweep.gpus, sweep.memory)
+
+
+def import_ray() -> Any:
+    """Ray, with its log de-duplication off (read when Ray is imported); a PrerequisiteError naming the
+    extra when it is not installed."""
+    os.environ["RAY_DEDUP_LOGS"] = "0"
+    try:
+        import ray
+        import ray._private.ray_logging as ray_logging
+    except ImportError:
+        raise PrerequisiteError(f"running cells as Ray tasks needs Ray: {install_hint('sweep')}") from None
+    ray_logging.RAY_DEDUP_LOGS = False  # Ray was imported before (by verl, say): the variable came late
+    return ray
+
+
+def run_ray(
+    cells: Sequence[tuple[int, Cell]],
+    total: int,
+    address: str,
+    asks: Asks,
+    say: Callable[[str], None],
+    trainers: Mapping | None = None,
+) -> dict[int, CellResult]:
+    """Each (index, cell) a Ray task; a line per cell as it ends, in the order they end. `address`
+    "local" starts Ray here, stopped at the end, unless this process runs one already (then that one)."""
+    ray = import_ray()
+    started_here = False
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(address="local", num_cpus=machine_cpus(), include_dashboard=False,
+                     object_store_memory=OBJECT_STORE)  # fmt: skip
+            started_here = True
+        else:
+            ray.init(address=address)
+    try:
+        if asks.parallel:
+            asks = _share(ray.cluster_resources(), asks)
+        memory = {"memory": int(asks.memory_gb * GIB)} if asks.memory_gb else {}
+        task = ray.remote(num_cpus=asks.cpus, num_gpus=asks.gpus, max_retries=0, **memory)(ray_task)
+        where = " on a local Ray instance" if started_here else ""
+        say(f"submitted {len(cells)} cells as Ray tasks{where} ({asks.text()})")
+        submitted = time.time()
+        pending = {
+            task.options(name=cell.name).remote(cell, trainers, os.getcwd()): (i, cell) for i, cell in cells
+        }
+        results: dict[int, CellResult] = {}
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            i, cell = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except Exception as err:  # the worker died (out of memory, a crash): the others go on
+                result = worker_died(cell, submitted, f"its Ray worker died: {type(err).__name__}: {err}")
+            results[i] = result
+            say(line(i, total, cell, result))
+        return results
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _share(resources: Mapping[str, float], asks: Asks) -> Asks:
+    """1/N of the cluster's CPUs, GPUs (whole ones where there are N or more) and memory."""
+    n = asks.parallel or 1
+    gpus = resources.get("GPU", 0.0) / n
+    return Asks(
+        cpus=asks.cpus,
+        gpus=math.floor(gpus) if gpus >= 1 else gpus,
+        memory_gb=math.floor(resources.get("memory", 0.0) / n / GIB * 10) / 10,
+        parallel=n,
+    )
+
+
+def worker_died(cell: Cell, submitted: float, error: str) -> CellResult:
+    """A cell whose worker died, recorded as failed and timed from its own start (its `running`
+    record), else from its submission; its log gets the reason."""
+    now = time.time()
+    record = read_status(cell.run_dir)
+    started = record.started if record and record.status == "running" else None
+    if started is None:
+        error += " (before the cell started)"
+    base = record or CellStatus(status="failed")
+    write_status(
+        cell.run_dir, base.model_copy(update={"status": "failed", "ended": now, "error": error[:2000]})
+    )
+    with open(cell.run_dir / LOG, "a", encoding="utf-8") as log:
+        log.write(f"--- pats sweep: {error}\n")
+    return CellResult(cell.name, "failed", now - (started or submitted), error[:2000])

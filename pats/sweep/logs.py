@@ -1,0 +1,99 @@
+"""A cell's output copied to its `log.txt` while it still reaches the terminal.
+
+The copy is taken at the file descriptors (1 and 2), so it holds what Python prints, what C libraries
+write and what child processes (an environment's JVM, say) print, not only `print()`. Inside the
+block Python's own `sys.stdout` and `sys.stderr` write to those descriptors too (where a caller had
+replaced them, as pytest does, they would bypass the copy). Where cells share a terminal, each line
+that reaches it can be prefixed with the cell's name; the log holds the lines as printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, BinaryIO
+
+JOIN_S = 5.0  # how long to wait for the last lines at the end (a child process still holding the pipe)
+
+
+@contextlib.contextmanager
+def tee_output(log_path: Path, prefix: str = "", header: str = "") -> Iterator[None]:
+    """Within the block, everything written to fd 1 and 2 goes to `log_path` (appended, after `header`)
+    and, each line after `prefix`, to where it went before."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    log = open(log_path, "ab")  # noqa: SIM115 (closed below, once the pumps are done with it)
+    log.write(header.encode())
+    log.flush()
+    lock = threading.Lock()
+    saved: list[int] = []
+    pumps: list[threading.Thread] = []
+    streams = sys.stdout, sys.stderr
+    try:
+        for fd in (1, 2):
+            saved.append(os.dup(fd))
+            read_end, write_end = os.pipe()
+            pump = threading.Thread(
+                target=_pump, args=(read_end, saved[-1], log, lock, prefix.encode()), daemon=True
+            )
+            pump.start()
+            pumps.append(pump)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+        sys.stdout, sys.stderr = _text(1), _text(2)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = streams
+        for fd, copy in zip((1, 2), saved, strict=False):
+            os.dup2(copy, fd)  # closes the pipe's last write end this process holds: the pump ends
+        for pump in pumps:
+            pump.join(JOIN_S)
+        if not any(p.is_alive() for p in pumps):  # else a child still writes: the pumps keep their files
+            log.close()
+            for copy in saved:
+                os.close(copy)
+
+
+def _text(fd: int) -> IO[str]:
+    """A text stream on `fd` that leaves the descriptor open when dropped, flushing every line."""
+    return io.TextIOWrapper(
+        open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115
+        encoding="utf-8",
+        errors="replace",
+        line_buffering=True,
+        write_through=True,
+    )
+
+
+def _pump(read_end: int, terminal: int, log: BinaryIO, lock: threading.Lock, prefix: bytes) -> None:
+    """Copy the pipe to the log as is and to the terminal with `prefix` at each line's start."""
+    at_start = True
+    try:
+        while chunk := os.read(read_end, 1 << 16):
+            with lock:
+                log.write(chunk)
+                log.flush()
+            if prefix:
+                out = bytearray()
+                for line in chunk.splitlines(keepends=True):
+                    out += (prefix if at_start else b"") + line
+                    at_start = line.endswith((b"\n", b"\r"))
+                chunk = bytes(out)
+            _write_all(terminal, chunk)
+    finally:
+        os.close(read_end)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # the terminal went away: the log still gets everything
+        while data:
+            data = data[os.write(fd, data) :]

@@ -1,0 +1,73 @@
+"""Cells in parallel on a local Ray started by the sweep (issue 49, item 4): `--parallel 2` runs two
+cells at once (their times overlap in their status records), each with trainer.threads = its CPUs,
+each line it prints reaching this terminal under its own name (Ray's de-duplication off), a cell whose
+worker dies failed and timed from its own start; Ray stopped at the end. Scripted cells
+(pats.testing.sweep): a real Ray, real worker processes, a real process death."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from pats.errors import PrerequisiteError
+from pats.sweep import SweepSpec, run_sweep
+from pats.testing.sweep import scripted_trainers
+
+TINY = ("trainer.steps=3", "trainer.tasks_per_step=2", "eval.every=3", "eval.gap_tasks=0",
+        "logging.wandb=disabled", "logging.progress=false")  # fmt: skip
+
+
+def four_cells(repo, root) -> SweepSpec:
+    """quickstart and grpo, seeds 0 and 1."""
+    specs = (str(repo / "experiments/quickstart.yaml"), str(repo / "experiments/baselines/grpo.yaml"))
+    return SweepSpec(name="par", specs=specs, seeds=(0, 1), overrides=TINY, root=str(root))
+
+
+@pytest.mark.slow
+def test_parallel_2_runs_two_cells_at_once_on_a_local_ray(repo, tmp_path, capfd):
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    lines: list[str] = []
+    dies = "quickstart-grpo-s1"  # its worker process ends at its first update, as an OOM kill would
+    results = run_sweep(four_cells(repo, tmp_path), "local", lines.append,
+                        scripted_trainers(step_s=1.0, dies=dies), parallel=2)  # fmt: skip
+    assert not ray.is_initialized()  # the sweep's Ray is stopped
+    assert [(r.name, r.status) for r in results] == [
+        ("quickstart-s0", "ran"), ("quickstart-s1", "ran"), ("quickstart-grpo-s0", "ran"), (dies, "failed")
+    ]  # fmt: skip
+    assert any(
+        line.startswith("submitted 4 cells as Ray tasks on a local Ray instance (1 CPU, 0 GPU, ")
+        for line in lines
+    )
+
+    folder = tmp_path / "par"
+    records = {r.name: json.loads((folder / r.name / "status.json").read_text()) for r in results}
+    first, second = records["quickstart-s0"], records["quickstart-s1"]
+    assert max(first["started"], second["started"]) < min(first["ended"], second["ended"])  # at once
+    assert first["pid"] != second["pid"]  # in two worker processes
+    # trainer.threads: the CPUs a cell asks for (the spec leaves it unset)
+    assert "threads: 1\n" in (folder / "quickstart-s0" / "spec.yaml").read_text()
+
+    crashed = records[dies]
+    assert crashed["status"] == "failed" and "its Ray worker died" in crashed["error"]
+    assert crashed["ended"] - crashed["started"] >= 1.0  # timed from its own start: not "after 0 s"
+    (said,) = [line for line in lines if line.startswith(f"cell 4/4 {dies}: FAILED after ")]
+    assert not said.startswith(f"cell 4/4 {dies}: FAILED after 0 s")
+    assert "--- pats sweep: its Ray worker died" in (folder / dies / "log.txt").read_text()
+
+    # each cell's line reached this terminal under its name; two cells' lines equal but for the name
+    # are both there (Ray would have merged them)
+    out = capfd.readouterr().out
+    for name in ("quickstart-s0", "quickstart-s1"):
+        assert any(f"({name} pid=" in line and f"scripted training of {name} (threads 1)" in line
+                   for line in out.splitlines()), out  # fmt: skip
+        assert f"scripted training of {name} (threads 1)" in (folder / name / "log.txt").read_text()
+
+
+def test_without_ray_the_sweep_names_the_extra_and_writes_nothing(repo, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(PrerequisiteError, match=r"needs Ray: `pip install -e '\.\[sweep\]'` in a clone"):
+        run_sweep(four_cells(repo, tmp_path), "local", lambda line: None, scripted_trainers(), parallel=2)
+    assert not (tmp_path / "par").exists()
