@@ -82,16 +82,19 @@ def load_run(run_dir: Path) -> tuple[ExperimentSpec, Checkpoint | None]:
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    """The run's latest checkpoint, its `path` under `run_dir` whatever folder it was saved in: a run
+    directory that was moved or copied (a sweep folder, say) resumes from its own checkpoints."""
     latest = run_dir / "checkpoints" / "latest.json"
     if not latest.is_file():
         return None
     try:
-        return Checkpoint.model_validate_json(latest.read_text())
+        state = Checkpoint.model_validate_json(latest.read_text())
     except ValidationError as err:
         raise PrerequisiteError(
             f"{latest} is not a checkpoint this version of pats can read ({err.error_count()} problems, "
             f"first: {err.errors()[0]['msg']}); restore it from the step_* folder's state.json beside it"
         ) from None
+    return state.model_copy(update={"path": str(run_dir / "checkpoints" / Path(state.path).name)})
 
 
 def make_env_factory(spec: ExperimentSpec):
