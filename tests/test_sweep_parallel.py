@@ -71,3 +71,19 @@ def test_without_ray_the_sweep_names_the_extra_and_writes_nothing(repo, tmp_path
     with pytest.raises(PrerequisiteError, match=r"needs Ray: `pip install -e '\.\[sweep\]'` in a clone"):
         run_sweep(four_cells(repo, tmp_path), "local", lambda line: None, scripted_trainers(), parallel=2)
     assert not (tmp_path / "par").exists()
+
+
+def test_parallel_shares_the_machine_and_takes_no_cpus_of_its_own(repo, capsys):
+    from pats.cli.main import main
+    from pats.sweep.cluster import machine_cpus
+
+    quickstart = str(repo / "experiments/quickstart.yaml")
+    assert main(["sweep", quickstart, "--parallel", "2", "--dry-run"]) == 0
+    threads = max(1, int(machine_cpus() / 2))
+    assert f"trainer.threads={threads} seed=0" in capsys.readouterr().out  # unset in the spec: its share
+    assert main(["sweep", quickstart, "trainer.threads=3", "--parallel", "2", "--dry-run"]) == 0
+    assert "trainer.threads=3 seed=0" in capsys.readouterr().out  # set: kept
+    assert main(["sweep", quickstart, "--parallel", "2", "--cpus", "1", "--dry-run"]) == 2
+    assert "give it without --ray ADDRESS, --cpus and --gpus" in capsys.readouterr().err
+    assert main(["sweep", quickstart, "--dry-run"]) == 0
+    assert "trainer.threads" not in capsys.readouterr().out  # one after another: the spec's own
