@@ -48,7 +48,7 @@ def leftovers(folder: Path) -> list[str]:
 def run_launch(script: Path, tmp_path: Path, env: dict[str, str], *args: str) -> list[list[str]]:
     """`bash launch.sh ARGS` with a `python3` that records each call's arguments instead of running."""
     bin_dir, calls = tmp_path / "stub-bin", tmp_path / "calls"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     calls.mkdir(exist_ok=True)
     stub = bin_dir / "python3"
     stub.write_text(f'#!/bin/sh\nn=$(ls "{calls}" | wc -l)\nprintf "%s\\0" "$@" > "{calls}/$n"\n')
@@ -160,6 +160,9 @@ def test_no_data_exports_where_the_games_are_missing(tmp_path, monkeypatch, caps
     assert not (out / "train.parquet").exists()
     assert "Task rows not written" in (out / "README.md").read_text()
     assert "python3 -m pats.backends.verl.data" in (out / "launch.sh").read_text()
+    # The alfworld extra builds two packages from source on every node: the bundle says so.
+    assert "apt-get install build-essential cmake" in (out / "README.md").read_text()
+    assert "a C/C++ toolchain on every node" in (out / "launch.sh").read_text()
 
 
 def test_the_cluster_writes_the_task_rows_of_a_no_data_bundle(tmp_path, capsys):
@@ -202,10 +205,26 @@ def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp
     assert done.launch == empty / "launch.sh" and (empty / "train.parquet").is_file()
 
 
-def test_launch_sh_can_skip_the_preflight(tmp_path):
+def test_launch_sh_can_skip_its_own_nodes_preflight(tmp_path):
+    """head, 1 (what the docs once gave for a head node without GPUs) and all skip launch.sh's check of
+    the node it runs on; pats.backends.verl.main, which checks every node unless it is `all`, still runs
+    (tests/test_verl_cluster.py runs that check)."""
     done = export_verl(load_spec(twx_spec_file(tmp_path)), tmp_path / "out")
-    (train,) = run_launch(done.launch, tmp_path, {"PATS_SKIP_PREFLIGHT": "1"})
-    assert train[:2] == ["-m", "pats.backends.verl.main"]
+    check, train = run_launch(done.launch, tmp_path / "unset", {})
+    assert check[:2] == ["-m", "pats.backends.verl.preflight"] and train[:2] == [
+        "-m",
+        "pats.backends.verl.main",
+    ]
+    for value in ("head", "1", "all"):
+        (train,) = run_launch(done.launch, tmp_path / value, {"PATS_SKIP_PREFLIGHT": value})
+        assert train[:2] == ["-m", "pats.backends.verl.main"]
+    refused = subprocess.run(
+        ["bash", str(done.launch)],
+        env={**os.environ, "PATS_SKIP_PREFLIGHT": "yes"},
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "write head" in refused.stderr
 
 
 def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys):
@@ -239,6 +258,12 @@ def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
     for text in (readme, launch):
         assert "pip install -e '/path/to/pats[verl]'" in text and "another project" in text
     assert 'pip install "verl[vllm]==0.9.1"' in readme
+    # What launch.sh runs, and what skipping its check of the launching node leaves checked.
+    assert (
+        "then runs `python3 -m pats.backends.verl.main`" in readme and "verl.trainer.main_ppo" not in readme
+    )
+    assert "`PATS_SKIP_PREFLIGHT=head` skips the first alone" in readme
+    assert "build-essential" not in readme  # no alfworld extra here
     # The attention is picked on the launching node: flash-attn if it imports there, else SDPA.
     assert "else PyTorch's SDPA (nothing to install)" in readme and "flash-attn==2.8.3" in readme
     assert not done.needs.flash_attn and done.needs.engine == "vllm"

@@ -12,7 +12,7 @@ import pytest
 from pats.testing.verl import require_verl_or_skip, twx_verl_spec
 
 require_verl_or_skip()
-from pats.backends.verl import preflight
+from pats.backends.verl import preflight, routes
 from pats.backends.verl.config import compose, verl_overrides
 from pats.cli.main import main
 from pats.errors import PrerequisiteError
@@ -85,8 +85,8 @@ def test_a_cpu_build_of_torch_is_refused_with_the_cuda_build_to_install(tmp_path
     [("580.65.06", "cuda13"), ("575.51.03", "cuda12"), ("535.230.02", "cuda12"), ("520.61.05", None)],
 )
 def test_each_driver_gets_the_newest_route_it_runs(driver, route):
-    found = preflight.route_for(driver)
-    assert (found[0] if found else None) == route
+    found = routes.route_for(driver)
+    assert (found.name if found else None) == route
 
 
 def test_a_driver_too_old_for_torchs_cuda_is_refused_with_both_versions(tmp_path, node):

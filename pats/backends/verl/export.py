@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from pats.backends.verl.config import WORKER_ENV, check_overrides, require_verl
-from pats.backends.verl.launch import bundle_overrides, export_defaults, model_path, node_install, write_files
+from pats.backends.verl.launch import (
+    ALFWORLD_BUILD,
+    ENV_EXTRAS,
+    bundle_overrides,
+    export_defaults,
+    model_path,
+    node_install,
+    write_files,
+)
 from pats.backends.verl.preflight import Needs, needs, verl_version_problem
 from pats.errors import PatsError, PrerequisiteError, SpecError, SpecIssue
 from pats.fileio import write_atomic
@@ -218,7 +226,9 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
         "",
         "- `spec.yaml`: the resolved pats spec; relative paths in it are read beside it.",
         "- `agent_loops.yaml`: verl's agent-loop registry (pats_agent, pats_validation).",
-        "- `launch.sh`: `python3 -m verl.trainer.main_ppo` with every Hydra override.",
+        "- `launch.sh`: checks this node (`python3 -m pats.backends.verl.preflight`), then runs "
+        "`python3 -m pats.backends.verl.main` (verl's main_ppo after pats' Ray start and the check of every "
+        "node) with every Hydra override; more overrides go after it (`bash launch.sh trainer.save_freq=5`).",
     ]
     for key, source, target in done.copied:
         lines.append(f"- `{target}`: copy of {source} (`{key}`)")
@@ -235,10 +245,13 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
     lines.append(
         f"- On every node, pats from a clone (the `pats` on PyPI is another project): `{node_install(spec)}`."
     )
+    if "alfworld" in ENV_EXTRAS.get(spec.environment.kind, ()):
+        lines.append(f"- On every node, {ALFWORLD_BUILD}.")
     lines += [f"- On every node, {need}." for need in done.needs.lines()]
     lines.append(
-        "- launch.sh checks the GPU-side needs on the node that runs it before verl starts "
-        "(`PATS_SKIP_PREFLIGHT=1` skips that, e.g. on a head node without GPUs)."
+        "- launch.sh checks the GPU-side needs on the node that runs it, then every node of the Ray cluster "
+        "before verl places anything (`PATS_SKIP_PREFLIGHT=head` skips the first alone, e.g. on a head node "
+        "without GPUs; `all` skips both)."
     )
     lines += [f"- Not checked where the bundle was written: {what}." for what in done.unchecked]
     for key, reference in done.data_refs:

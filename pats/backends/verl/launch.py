@@ -54,6 +54,12 @@ AGENT_LOOPS = f"""\
 EXPORT_DEFAULTS = ("ALFWORLD_DATA", "PATS_DATA")  # their values at export are launch.sh's defaults
 # The extras of pats each environment's agent loops import on every node (pyproject.toml).
 ENV_EXTRAS = {"alfworld": ("alfworld",), "webshop": ("search",), "search_qa": ("search",)}
+# The alfworld extra's two packages without wheels on PyPI (both built from source here, 2026-12-05).
+ALFWORLD_BUILD = (
+    "a C/C++ toolchain for the alfworld extra, whose fast-downward-textworld and jericho (textworld's) "
+    "have no wheel on PyPI and build from source at install (gcc, g++, make and cmake: "
+    "`apt-get install build-essential cmake` on Debian or Ubuntu; about 5 minutes once, pip caches the wheels)"
+)
 
 
 def node_install(spec: ExperimentSpec) -> str:
@@ -142,14 +148,21 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
         f"{tr.steps} steps of {tr.tasks_per_step} tasks x {tr.group_size} rollouts.",
         "# Written by `pats export verl`. Needs on every node: pats from a clone (the `pats` on PyPI is",
         f"# another project): `{node_install(spec)}`, and the rollout engine:",
-        f'# `pip install "verl[{tr.rollout_engine}]==0.9.1"`. Several nodes: `ray start --head` here,',
+        f'# `pip install "verl[{tr.rollout_engine}]==0.9.1"` (torch for CUDA 13: an NVIDIA driver >= 580;',
+        "# older drivers: the cuda12 route of pats' docs/verl.md). Several nodes: `ray start --head` here,",
         "# `ray start --address=<head>:6379` on the others, this folder at the same path on every node",
         "# (a shared filesystem), then run this script on the head node. The run directory (scaffold",
         "# versions, events.jsonl, checkpoints) is $PATS_RUN_DIR, default ./run beside this script.",
+        *(
+            ["# The alfworld extra builds from source: a C/C++ toolchain on every node (README.md)."]
+            if "alfworld" in ENV_EXTRAS.get(spec.environment.kind, ())
+            else []
+        ),
         "# More Hydra overrides go after the script name: bash launch.sh trainer.save_freq=5",
         "# First it checks this node (verl's version, a CUDA torch the driver runs, the rollout engine,",
-        "# flash-attn unless the attention is sdpa): PATS_SKIP_PREFLIGHT=1 skips that, e.g. on a head node",
-        "# without GPUs.",
+        "# flash-attn unless the attention is sdpa); then pats.backends.verl.main checks every node of the",
+        "# Ray cluster. PATS_SKIP_PREFLIGHT=head skips this node's check alone (a head node without GPUs;",
+        "# the GPU nodes are still checked), PATS_SKIP_PREFLIGHT=all both.",
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         'RUN_DIR="${PATS_RUN_DIR:-$HERE/run}"',
@@ -177,9 +190,13 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
     lines += [
         ")",
         'if [ -n "${WORKER_ENV[*]:-}" ]; then OVERRIDES+=("${WORKER_ENV[@]}"); fi',  # set -u in old bash
-        'if [ "${PATS_SKIP_PREFLIGHT:-0}" != 1 ]; then',
-        '  python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@"',
-        "fi",
+        # pats.backends.verl.preflight.SKIPS: head (or 1) and all skip this node's check.
+        'case "${PATS_SKIP_PREFLIGHT:-0}" in',
+        '  0|"") python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@" ;;',
+        "  head|1|all) ;;",
+        '  *) echo "launch.sh: PATS_SKIP_PREFLIGHT=$PATS_SKIP_PREFLIGHT: write head (skip the check of'
+        ' this node only) or all" >&2; exit 2 ;;',
+        "esac",
         'mkdir -p "$RUN_DIR"',
         # verl's main_ppo, with Ray started with this shell's run variables, the CPU count checked and
         # the preflight on every node (pats.backends.verl.main).

@@ -3,9 +3,11 @@
 What launch.sh runs in place of `python3 -m verl.trainer.main_ppo`, with the same Hydra overrides: the
 config composed as main_ppo composes it (verl's `ppo_trainer.yaml`), verl's `validate_config`, then
 (pats.backends.verl.cluster) Ray started as run_ppo would start it plus the variables the run needs
-from this shell (never in the config), the CPU count the placement needs, and the preflight on every
-node of the cluster (`PATS_SKIP_PREFLIGHT=1` skips that one); then verl's own `run_ppo` with its V1
-task runner, which finds Ray started. Departure from main_ppo: Hydra writes no `outputs/` folder.
+from this shell (never in the config), verl's own switches (VERL_FULL_DETERMINISM and the rest), the
+CPU count the placement needs, and the preflight on every node of the cluster, which only
+`PATS_SKIP_PREFLIGHT=all` skips (`head`, or 1, skips launch.sh's check of the launching node alone);
+then verl's own `run_ppo` with its V1 task runner, which finds Ray started. Departure from main_ppo:
+Hydra writes no `outputs/` folder.
 """
 
 from __future__ import annotations
@@ -33,16 +35,19 @@ def run(overrides: Sequence[str]) -> None:
 
     from pats.backends.verl.cluster import init_ray, node_preflight
     from pats.backends.verl.config import check, compose
-    from pats.backends.verl.preflight import resolve_attention
+    from pats.backends.verl.preflight import SKIP_VARIABLE, resolve_attention, skipped
     from pats.spec import load_spec
 
+    skip = skipped(os.environ)  # an unknown value stops here, before anything starts
     config = compose(overrides)
     print(f"preflight: {resolve_attention(config)}")  # flash_attention_2 where flash_attn imports, else sdpa
     auto_set_device(config)
     check(config)  # verl's validate_config, as main_ppo runs it
     spec_path = str(config.pats.spec)
     init_ray(config, load_spec(spec_path))
-    if os.environ.get("PATS_SKIP_PREFLIGHT", "0") != "1":
+    if "nodes" in skip:
+        print(f"preflight: the nodes of the Ray cluster are not checked ({SKIP_VARIABLE}=all)")
+    else:
         print("preflight: " + ", ".join(node_preflight(config, spec_path)) + ": ok")
     run_ppo(config, task_runner_class=TaskRunnerV1)
 

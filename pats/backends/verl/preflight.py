@@ -2,7 +2,8 @@
 
 Missing, each of these stops verl late and far from its cause (inside a Ray worker, after the model
 is fetched), so `pats run` checks them first and launch.sh runs `python3 -m pats.backends.verl.preflight`
-with its overrides before `main_ppo`:
+with its overrides before `python3 -m pats.backends.verl.main` (which checks every node of the Ray
+cluster again, pats.backends.verl.cluster):
   - verl itself at the version pats composes its config for (`VERL_VERSION`);
   - a CUDA build of torch that this node's NVIDIA driver runs;
   - the rollout engine the config names (`actor_rollout_ref.rollout.name`), importable;
@@ -18,6 +19,9 @@ with its overrides before `main_ppo`:
 Every refusal is one PrerequisiteError listing each missing piece with its fix. `pats export verl`,
 usually run on a machine that is not a GPU node, refuses only a wrong verl version (its config check
 is verl's) and lists the rest (`needs`) in the bundle's README.
+
+`PATS_SKIP_PREFLIGHT` (`skipped`): `head` (or `1`) skips launch.sh's check of the launching node (a
+head node without GPUs) and keeps the check of every node of the cluster; `all` skips both.
 """
 
 from __future__ import annotations
@@ -25,13 +29,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 
 from pats.backends.verl.config import compose, import_error
+from pats.backends.verl.routes import (
+    MIN_DRIVER,
+    ROUTES,
+    VERL_VERSION,
+    installed_version,
+    route_advice,
+)
 from pats.errors import PatsError, PrerequisiteError
 
-VERL_VERSION = "0.9.1"
 ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 VERL_DEFAULT_ATTN = "flash_attention_2"  # verl.workers.config.model.HFModelConfig, when ATTN_KEY is unset
 SDPA_OVERRIDE = f"++{ATTN_KEY}=sdpa"  # ++: sets it whether or not a key is there
@@ -46,41 +56,29 @@ FLASH_ATTN_ON = (
     "exists, else compiles for about an hour with CUDA_HOME set); pats then picks it, or add "
     f"`++{ATTN_KEY}=flash_attention_2` to trainer.overrides to require it"
 )
-# The oldest Linux driver each CUDA major version of torch runs on (NVIDIA's minor-version compatibility).
-MIN_DRIVER = {11: 450, 12: 525, 13: 580}
-# The two install routes docs/verl.md gives (scripts/verl-install-dry-run ROUTE resolves each), by the
-# CUDA major version their torch is built for. cuda13: verl's own vllm extra (vLLM 0.24, torch 2.11 for
-# CUDA 13 from PyPI). cuda12: the newest vLLM whose torch has a CUDA 12 build on PyPI and that accepts
-# verl 0.9.1's transformers (>=5.5.3,<5.11): vLLM 0.19.1 with torch 2.10.0 (CUDA 12.8); verl 0.9.1's
-# vLLM server keeps code paths for vLLM < 0.20 and < 0.22. Neither route has run on a GPU here.
-ROUTES = {
-    13: ("cuda13", f'pip install "verl[vllm]=={VERL_VERSION}"'),
-    12: (
-        "cuda12",
-        f'pip install "verl[verl-core]=={VERL_VERSION}" vllm==0.19.1 torch==2.10.0 torchvision==0.25.0 '
-        "torchaudio==2.10.0 transformers==5.9.0",
-    ),
+SKIP_VARIABLE = "PATS_SKIP_PREFLIGHT"
+# Its values, and the checks each skips: "head", launch.sh's check of the node it runs on; "nodes", the
+# check of every node of the Ray cluster (pats.backends.verl.main). The docs once gave 1 for a head node
+# without GPUs, so 1 is `head`: the GPU nodes are never left unchecked by accident.
+SKIPS: dict[str, frozenset[str]] = {
+    "": frozenset(),
+    "0": frozenset(),
+    "head": frozenset({"head"}),
+    "1": frozenset({"head"}),
+    "all": frozenset({"head", "nodes"}),
 }
 
 
-def route_for(driver: str | None) -> tuple[str, str] | None:
-    """(name, install command) of the newest route the driver runs, or None (no driver, or too old)."""
-    if driver is None:
-        return None
-    major = int(driver.split(".")[0])
-    fits = [cuda for cuda in sorted(ROUTES, reverse=True) if major >= MIN_DRIVER[cuda]]
-    return ROUTES[fits[0]] if fits else None
-
-
-def route_advice(driver: str | None) -> str:
-    route = route_for(driver)
-    if route is None:
-        return (
-            "no install route pats gives runs on this driver (CUDA 12 needs >= 525, CUDA 13 >= 580): "
-            "update the NVIDIA driver"
+def skipped(environ: Mapping[str, str]) -> frozenset[str]:
+    """The preflights `PATS_SKIP_PREFLIGHT` in `environ` skips (see `SKIPS`)."""
+    value = environ.get(SKIP_VARIABLE, "")
+    if value not in SKIPS:
+        raise PrerequisiteError(
+            f"{SKIP_VARIABLE}={value!r} is not a value pats reads: write head (skip the launching node's "
+            "own check, e.g. a head node without GPUs; every node of the cluster is still checked), all "
+            "(no check at all), or leave it unset"
         )
-    name, command = route
-    return f"the install route for driver {driver} is {name} (docs/verl.md, Install): `{command}`"
+    return SKIPS[value]
 
 
 def engine_install(engine: str) -> str:
@@ -105,7 +103,7 @@ class Needs:
             f"verl {VERL_VERSION} with {self.engine}, the rollout engine, and the CUDA build of torch it pins "
             f"(`{engine_install(self.engine)}`), which the node's NVIDIA driver must run"
             + (
-                f" (CUDA 13, a driver >= 580; with a driver 525-579 the cuda12 route: `{ROUTES[12][1]}`)"
+                f" (CUDA 13, a driver >= 580; with a driver 525-579 the cuda12 route: `{ROUTES['cuda12'].command}`)"
                 if self.engine == "vllm"
                 else ""
             )
@@ -151,13 +149,6 @@ def resolve_attention(config) -> str:
 # -- probes: tests replace these and import_error (from config) ---------------------------------------
 
 
-def installed_version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
 def torch_cuda() -> tuple[str, str | None, bool]:
     """(torch's version, the CUDA version it was built for or None, whether it can use a GPU here)."""
     import torch
@@ -165,20 +156,45 @@ def torch_cuda() -> tuple[str, str | None, bool]:
     return torch.__version__, torch.version.cuda, torch.cuda.is_available()
 
 
-def driver_version() -> str | None:
-    """The NVIDIA driver's version from nvidia-smi, or None where there is none."""
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi lists it."""
+
+    name: str
+    memory_mib: int  # memory.total
+    driver: str
+
+    @property
+    def memory_gb(self) -> float:
+        """Its memory in the plan's unit, 10^9 bytes (an "80 GB" H100 lists 81,559 MiB: 85.5 GB)."""
+        return self.memory_mib * 2**20 / 1e9
+
+
+def nvidia_gpus() -> list[Gpu]:
+    """The GPUs nvidia-smi lists, or none where it is missing or fails."""
     if shutil.which("nvidia-smi") is None:
-        return None
+        return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=30,
-        ).stdout.split()
+        ).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0] if out else None
+        return []
+    gpus = []
+    for line in out.splitlines():
+        parts = [part.strip() for part in line.rsplit(",", 2)]
+        if len(parts) == 3 and parts[1].isdigit():
+            gpus.append(Gpu(parts[0], int(parts[1]), parts[2]))
+    return gpus
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version from nvidia-smi, or None where there is none."""
+    gpus = nvidia_gpus()
+    return gpus[0].driver if gpus else None
 
 
 # -- checks ---------------------------------------------------------------------------------------
