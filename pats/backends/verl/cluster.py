@@ -9,6 +9,18 @@ variables a run needs from the launching environment (Hugging Face's cache and t
 API keys of the LLMs the spec calls), in Ray's job runtime env only, never in a file or the config;
 what it prints shows their names, not their values. verl then finds Ray started and keeps it.
 
+verl's switches (`start_env`, `verl_switches`): run_ppo sets VERL_FULL_DETERMINISM, VLLM_BATCH_INVARIANT
+and PYTHONHASHSEED from `rollout.full_determinism`, and VERL_RL_INSIGHT_ENABLE from the rl_insight
+logger, in its own environment before it builds the runtime env; since pats starts Ray first, it adds
+them itself, or the workers would get verl's "0". Every `VERL_*` variable set in the launching
+environment goes too (verl 0.9.1 reads ~30 inside its workers: VERL_LOGGING_LEVEL, VERL_PLATFORM,
+VERL_AUTO_PADDING, ...), with the determinism variables verl forwards only from its own process
+(`VERL_SWITCHES`): Ray workers on other nodes do not inherit the launching shell.
+
+Sizing: where pats starts a local Ray (no `ray start` cluster, no RAY_ADDRESS, no
+`ray_kwargs.ray_init.num_cpus`), it gives it the logical CPUs the run needs (`cpus_needed`) when the
+machine has fewer cores, so one GPU node runs without a manual `ray start`.
+
 Placement: verl reserves `max_colocate_count` (3) CPUs with each GPU of its resource pools, the
 TransferQueue holds one CPU per actor (its controller and `num_data_storage_units` storage units, 8
 by default), and every actor created after the pools (the task runner's, the agent-loop workers, the
@@ -38,6 +50,16 @@ RUN_ENV = ("HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "WAND
 CPUS_PER_GPU_KEY = "max_colocate_count"  # verl.single_controller.ray.base.ResourcePoolManager
 CPUS_PER_GPU = 3  # verl 0.9.1's max_colocate_count: the CPU part of each GPU's bundle
 STORAGE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+# Determinism switches verl 0.9.1's get_ppo_ray_runtime_env forwards from its own process when set
+# (besides VERL_FULL_DETERMINISM and VERL_RL_INSIGHT_ENABLE, which the VERL_ prefix covers).
+VERL_SWITCHES = (
+    "VLLM_BATCH_INVARIANT",
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "FLASH_ATTENTION_DETERMINISTIC",
+    "NCCL_DETERMINISTIC",
+    "NCCL_ALGO",
+)
 
 
 def run_env(spec: ExperimentSpec, environ: Mapping[str, str]) -> dict[str, str]:
@@ -48,13 +70,35 @@ def run_env(spec: ExperimentSpec, environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in dict.fromkeys(names) if environ.get(name)}
 
 
-def ray_init_kwargs(config, extra_env: Mapping[str, str]) -> dict[str, Any]:
-    """What verl's run_ppo passes to ray.init (its default runtime env merged with the config's), plus
-    `extra_env` in the runtime env's env_vars."""
+def verl_switches(environ: Mapping[str, str]) -> dict[str, str]:
+    """The `VERL_*` variables and `VERL_SWITCHES` set (non-empty) in `environ`."""
+    return {k: v for k, v in environ.items() if v and (k.startswith("VERL_") or k in VERL_SWITCHES)}
+
+
+def start_env(config) -> dict[str, str]:
+    """What verl 0.9.1's run_ppo sets in its environment from the config before it starts Ray
+    (verl/trainer/main_ppo.py): the determinism switches and the rl_insight logger's."""
+    rollout = config.actor_rollout_ref.rollout
+    reward_model = config.reward.reward_model
+    env = {}
+    if rollout.full_determinism or (reward_model.enable and reward_model.rollout.full_determinism):
+        env = {"VERL_FULL_DETERMINISM": "1", "VLLM_BATCH_INVARIANT": "1", "PYTHONHASHSEED": str(rollout.seed)}
+    loggers = config.trainer.get("logger", [])
+    if "rl_insight" in ([loggers] if isinstance(loggers, str) else loggers or []):
+        env["VERL_RL_INSIGHT_ENABLE"] = "1"
+    return env
+
+
+def ray_init_kwargs(
+    config, extra_env: Mapping[str, str], switches: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What verl's run_ppo passes to ray.init (its default runtime env merged with the config's), with
+    `switches` (`verl_switches`) and `start_env` in the defaults, and `extra_env` over everything."""
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     defaults = get_ppo_ray_runtime_env(config)
+    defaults["env_vars"] = {**defaults.get("env_vars", {}), **(switches or {}), **start_env(config)}
     if config.transfer_queue.enable:
         defaults.setdefault("env_vars", {})["TRANSFER_QUEUE_ENABLE"] = "1"
     init = OmegaConf.to_container(config.ray_kwargs.get("ray_init", {}), resolve=True)
@@ -72,13 +116,44 @@ def init_ray(config, spec: ExperimentSpec, environ: Mapping[str, str] | None = N
     check the CPUs. A Ray already started is left as it is (its runtime env cannot change)."""
     import ray
 
-    extra = run_env(spec, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    extra = run_env(spec, environ)
     if not ray.is_initialized():
-        kwargs = ray_init_kwargs(config, extra)
+        kwargs = ray_init_kwargs(config, extra, verl_switches(environ))
+        if kwargs.get("num_cpus") is None and _starts_local_ray(kwargs.get("address")):
+            need, cores = sum(cpus_needed(config).values()), _cores()
+            if need > cores:
+                kwargs["num_cpus"] = need
+                print(
+                    f"ray: a local Ray with {need} logical CPUs, what this run holds at once (this machine "
+                    f"has {cores}; logical CPUs are a count, not cores)"
+                )
         shown = {**kwargs["runtime_env"], "env_vars": _masked(kwargs["runtime_env"]["env_vars"], extra)}
         print(f"ray init kwargs: { ({**kwargs, 'runtime_env': shown}) }")
         ray.init(**kwargs)
     check_cpus(config, ray.cluster_resources())
+
+
+def _starts_local_ray(address: str | None) -> bool:
+    """Whether ray.init(address=address) starts a new local Ray rather than joining a cluster (RAY_ADDRESS,
+    or the latest `ray start` on this machine), as Ray decides it; False where that cannot be told."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        # Ray's annotation says str; its docstring and code take None ("start a local Ray")
+        return canonicalize_bootstrap_address(address) is None  # type: ignore[arg-type]
+    except Exception:  # a private function of Ray's: another release may lack it, or no cluster answers
+        return False
+
+
+def _cores() -> int:
+    """The CPUs Ray itself would count on this machine (container limits included)."""
+    try:
+        from ray._private.utils import get_num_cpus
+
+        return int(get_num_cpus())
+    except Exception:  # a private function of Ray's
+        return os.cpu_count() or 1
 
 
 def _masked(env_vars: Mapping[str, str], secret: Mapping[str, str]) -> dict[str, str]:
