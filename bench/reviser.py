@@ -47,7 +47,7 @@ SERVED_KEY = "PATS_BENCH_SERVED_KEY"  # openai/ sends a key; transformers serve 
 
 
 def cost(rows: list[BundleScore], model: str | None) -> tuple[float | None, str]:
-    """(USD, why not): the rows' LLM tokens priced by LiteLLM's offline cost map (`pats.lm.usd_cost`);
+    """(USD, why not): the rows' LLM tokens priced by LiteLLM's offline cost map (`pats.lm.caller.usd_cost`);
     0 without LLM calls (the rules reviser), None with the reason where they cannot be priced."""
     if not any(r.calls for r in rows):
         return 0.0, "no LLM calls"
@@ -55,7 +55,7 @@ def cost(rows: list[BundleScore], model: str | None) -> tuple[float | None, str]
         return None, "no model named to price"
     if any(r.llm_tokens != r.prompt_tokens + r.completion_tokens for r in rows):
         return None, "rows without prompt and completion tokens apart"
-    from pats.lm import usd_cost
+    from pats.lm.caller import usd_cost
 
     usd = usd_cost(model, sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows))
     return (usd, "") if usd is not None else (None, f"LiteLLM's offline cost map does not know {model}")
@@ -151,7 +151,7 @@ def resolve_structured(llm: dict) -> str:
         return llm["structured"]
     import asyncio
 
-    from pats.lm import LLMCaller, probe_structured
+    from pats.lm.caller import LLMCaller, probe_structured
     from pats.spec.models import LLMSpec
 
     caller = LLMCaller(LLMSpec(**llm))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from reviser_bundles import ReviserBundle
 
-from pats.lm import CITES_MAX
+from pats.lm.schema import CITES_MAX
 from pats.protocols import TokenCounter
 from pats.review import check_edits
 from pats.reviser.llm import revise_call

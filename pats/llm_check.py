@@ -16,17 +16,17 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
   environment variable to fix. `llm.preflight: false` skips it for that LLM.
 
-  With `llm.structured: auto` a second request then probes structured output (`pats.lm.probe_structured`)
+  With `llm.structured: auto` a second request then probes structured output (`pats.lm.caller.probe_structured`)
   with the schema the run will send: the reviser's own edit schema (`pats.reviser.llm.reviser_probe`,
   under the spec's scaffold settings) where the endpoint serves the reviser, else the judge's verdict
   schema. Structured output is on for that endpoint when the answer is JSON that schema accepts (the
   server enforced it, or at least the model kept to it), off, with a note, when the server refused the
   schema or answered anything else: the run then asks in DSPy's free-form fields. The decision is
-  kept for the process (`pats.lm.structured_decision`), so the judge and reviser built next use it, and said on
+  kept for the process (`pats.lm.probe.structured_decision`), so the judge and reviser built next use it, and said on
   stderr. A caller whose endpoint was not probed (preflight off, or another process) probes on its
   first call with a schema.
 
-The preflight request's only message is `PREFLIGHT_PROMPT`, the probe's starts `pats.lm.PROBE_PREFIX`;
+The preflight request's only message is `PREFLIGHT_PROMPT`, the probe's starts `pats.lm.probe.PROBE_PREFIX`;
 `pats.testing.ScriptedOpenAIServer` answers both without consuming its script.
 """
 
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pats.errors import JudgeError, PatsError, PrerequisiteError, SpecError, SpecIssue
 
 if TYPE_CHECKING:
-    from pats.lm import Probe
+    from pats.lm.probe import Probe
     from pats.spec.models import ExperimentSpec, LLMSpec
 
 PREFLIGHT_PROMPT = "pats preflight check: reply with the single word ok."
@@ -69,7 +69,7 @@ def called_llms(spec: ExperimentSpec) -> list[tuple[str, LLMSpec]]:
 
 def litellm_providers() -> tuple[str, ...]:
     """The provider names of the installed LiteLLM (its `provider_list`), sorted."""
-    from pats.lm import _prepare_litellm
+    from pats.lm.caller import _prepare_litellm
 
     _prepare_litellm()
     import litellm  # slow (seconds): only ever imported here, for a spec that names an LLM
@@ -184,7 +184,8 @@ def _ask() -> Any:
 
 async def _check(path: str, llm: LLMSpec, probe: Probe) -> str | None:
     """None when `llm` answered, else what went wrong and what to write instead."""
-    from pats.lm import LLMCaller, probe_structured, structured_decision
+    from pats.lm.caller import LLMCaller, probe_structured
+    from pats.lm.probe import structured_decision
 
     head = f"{path} ({llm.model}{f' at {llm.api_base}' if llm.api_base else ''}): "
     try:
@@ -207,7 +208,7 @@ def explain(path: str, llm: LLMSpec, error: BaseException | None, attempts: int)
     """What a failed preflight request means, and which field or environment variable to change."""
     from dspy.utils import exceptions as dx
 
-    from pats.lm import fault_kind, mask_secrets
+    from pats.lm.faults import fault_kind, mask_secrets
 
     where = "the server" if llm.api_base else "the provider's API"  # the head names the address
     status = getattr(error, "status", None)

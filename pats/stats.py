@@ -10,7 +10,7 @@ of one seed (they share a trained policy), so:
   within each drawn seed, each (seed, game) keeping both conditions' outcomes so the pairing survives:
   `hierarchical_difference`, with the per-seed differences beside it;
 - `paired_bootstrap` (games only, seeds held fixed) is the older interval; it leaves out run-to-run
-  variance and is kept to show what changed (docs/results.md) and as the tests' reference;
+  variance and is kept to show what changed (docs/journal/2026-12-01-intervals-over-seeds.md) and as the tests' reference;
 - `wilson` pools episodes as if independent: for single-seed counts where no game grouping exists.
 
 With one seed, the hierarchical bootstrap is the game-clustered one, draw for draw the same as
@@ -22,8 +22,11 @@ with replacement, shared by every drawn seed, so a game that is easy for all see
 together. `hierarchical_*` draws the games independently within each drawn seed (nested): right when
 each seed plays its own games; on a crossed design it treats one game's S outcomes as S independent
 games and comes out narrower than the games alone justify (tests/test_stats.py shows by how much).
-`seed_game_difference` / `seed_game_rate` pick crossed when the seeds share their games, else nested,
-and say which in the record's `design`.
+`seed_game_difference` / `seed_game_rate` decide the design on the games actually paired: the seeds
+both conditions have (by seed id), within each the games both have; crossed on the games every such
+seed has when there are any (a seed's other games are left out, so a seed evaluated on more games
+than the others cannot pass for a nested design), else nested on each seed's own games. Their
+records say the design and how many games each seed contributed.
 Percentile intervals, fixed RNG seed: every table recomputes to the same digits.
 """
 
@@ -57,16 +60,28 @@ class Interval:
 
 @dataclass(frozen=True)
 class Difference:
-    """a - b over the seeds and games both have, its hierarchical interval, a - b per seed, and how
-    the games were resampled (`Design`)."""
+    """a - b over the seeds and games both have, its hierarchical interval, a - b per seed, how the
+    games were resampled (`Design`) and how many games each seed contributed."""
 
     interval: Interval
     per_seed: tuple[tuple[int, float], ...]
     design: Design = "nested"
+    games: tuple[tuple[int, int], ...] = ()  # (seed, games paired)
 
     def fmt(self, digits: int = 3) -> str:
         seeds = ", ".join(f"s{s} {d:+.{digits}f}" for s, d in self.per_seed)
         return f"{self.interval.fmt(signed=True, digits=digits)}; per seed {seeds}"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A success rate over seeds and games: its interval, the design, and how many games (and
+    episodes, all seeds together) each seed contributed."""
+
+    interval: Interval
+    design: Design
+    games: tuple[tuple[int, int], ...]  # (seed, games)
+    episodes: int
 
 
 NAN = Interval(math.nan, math.nan, math.nan)
@@ -131,7 +146,8 @@ def hierarchical_difference(a: BySeed, b: BySeed, draws: int = DRAWS, rng_seed: 
     """mean(a) - mean(b), paired by seed and game, with its 95% hierarchical bootstrap interval."""
     units = _units(a, b)
     per_seed = tuple((s, _stat(u)) for s, u in units.items())
-    return Difference(_hierarchical(units, draws, rng_seed), per_seed)
+    games = tuple((s, len(u)) for s, u in units.items())
+    return Difference(_hierarchical(units, draws, rng_seed), per_seed, "nested", games)
 
 
 def shared_games(*conditions: BySeed) -> bool:
@@ -183,22 +199,43 @@ def crossed_difference(a: BySeed, b: BySeed, draws: int = DRAWS, rng_seed: int =
     crossed bootstrap's 95% interval."""
     units = _crossed_units(a, b)
     per_seed = tuple((s, _stat(u)) for s, u in units.items())
-    return Difference(_crossed(units, draws, rng_seed), per_seed, "crossed")
+    games = tuple((s, len(u)) for s, u in units.items())
+    return Difference(_crossed(units, draws, rng_seed), per_seed, "crossed", games)
 
 
-def seed_game_rate(outcomes: BySeed, draws: int = DRAWS, rng_seed: int = 0) -> tuple[Interval, Design]:
-    """The rate's interval in the design its seeds allow: crossed when they share their games."""
-    if shared_games(outcomes):
-        return crossed_rate(outcomes, draws, rng_seed), "crossed"
-    return hierarchical_rate(outcomes, draws, rng_seed), "nested"
+def paired_games(a: BySeed, b: BySeed | None = None) -> tuple[dict[int, frozenset[str]], Design]:
+    """The games an interval rests on, per seed, and its design, decided on the games actually paired:
+    the seeds both have (by seed id; all of a's for a rate), within each the games both have; crossed
+    on the games every such seed has when there are any, else nested on each seed's own games."""
+    seeds = sorted(set(a) & set(b) if b is not None else set(a))
+    played = {s: frozenset(a[s]) & frozenset(b[s]) if b is not None else frozenset(a[s]) for s in seeds}
+    played = {s: g for s, g in played.items() if g}
+    common = frozenset.intersection(*played.values()) if played else frozenset()
+    if common:
+        return {s: common for s in played}, "crossed"
+    return played, "nested"
+
+
+def _only(outcomes: BySeed, games: Mapping[int, frozenset[str]]) -> dict[int, dict[str, Sequence[float]]]:
+    return {s: {g: outcomes[s][g] for g in kept} for s, kept in games.items()}
+
+
+def seed_game_rate(outcomes: BySeed, draws: int = DRAWS, rng_seed: int = 0) -> Rate:
+    """The rate's interval in the design its seeds allow (`paired_games`): crossed on the games every
+    seed played, when there are any."""
+    games, design = paired_games(outcomes)
+    kept = _only(outcomes, games)
+    rate = crossed_rate if design == "crossed" else hierarchical_rate
+    episodes = sum(len(v) for by_game in kept.values() for v in by_game.values())
+    return Rate(rate(kept, draws, rng_seed), design, tuple((s, len(g)) for s, g in games.items()), episodes)
 
 
 def seed_game_difference(a: BySeed, b: BySeed, draws: int = DRAWS, rng_seed: int = 0) -> Difference:
-    """a - b in the design the runs allow: crossed when every seed of both plays the same games,
-    nested otherwise (`Difference.design` says which)."""
-    if shared_games(a, b):
-        return crossed_difference(a, b, draws, rng_seed)
-    return hierarchical_difference(a, b, draws, rng_seed)
+    """a - b in the design the runs allow (`paired_games`): crossed on the games every seed of both
+    played, when there are any, else nested (`Difference.design` says which)."""
+    games, design = paired_games(a, b)
+    difference = crossed_difference if design == "crossed" else hierarchical_difference
+    return difference(_only(a, games), _only(b, games), draws, rng_seed)
 
 
 def paired_bootstrap(

@@ -19,21 +19,35 @@ from pats.stats import Interval, wilson
 
 
 def craft(
-    root: Path, repo: Path, name: str, seed: int, mode: str, heldout, with_scaffold=None, steps=None
+    root: Path,
+    repo: Path,
+    name: str,
+    seed: int,
+    mode: str,
+    heldout,
+    with_scaffold=None,
+    steps=None,
+    at_start=None,
+    overrides=(),
 ) -> Path:
-    """A run folder as pats writes one: spec.yaml, and events.jsonl with step ends and a last evaluation."""
+    """A run folder as pats writes one: spec.yaml, and events.jsonl with an evaluation of the untrained
+    policy (`at_start`, step -1) if given, step ends, and a last evaluation (`heldout`; None: none)."""
     spec = load_spec(
-        repo / "experiments/quickstart.yaml", [f"name={name}", f"seed={seed}", f"scaffold.mode={mode}"]
+        repo / "experiments/quickstart.yaml",
+        [f"name={name}", f"seed={seed}", f"scaffold.mode={mode}", *overrides],
     )
     run_dir = root / name
     run_dir.mkdir(parents=True)
     (run_dir / "spec.yaml").write_text(spec_to_yaml(spec))
     log = EventLog(run_dir / "events.jsonl")
+    if at_start is not None:
+        log.write(-1, "eval", metrics={"eval/success": 0.0}, outcomes=at_start)
     steps = steps or [{"train/success": 0.5}] * 3
     for step, metrics in enumerate(steps):
         log.end_step(step, metrics=metrics)
     extra = {"outcomes_with_scaffold": with_scaffold} if with_scaffold else {}
-    log.write(len(steps) - 1, "eval", metrics={"eval/success": 0.0}, outcomes=heldout, **extra)
+    if heldout is not None:
+        log.write(len(steps) - 1, "eval", metrics={"eval/success": 0.0}, outcomes=heldout, **extra)
     log.close()
     return run_dir
 
@@ -60,11 +74,11 @@ def crafted(tmp_path, repo) -> Path:
 def test_conditions_and_intervals_match_a_hand_computation(crafted):
     result = compare([read_run(d) for d in run_dirs([crafted])])
     rows = {r.condition: r for r in result.rows}
-    assert set(rows) == {"pats", "grpo"} and result.baseline == "grpo"  # the one without a scaffold
+    assert set(rows) == {"pats", "grpo"} and result.baselines == ("grpo",)  # the one without a scaffold
     pats = rows["pats"]
     assert (pats.seeds, pats.games, pats.episodes, pats.design, pats.steps) == (
         (0, 1),
-        2,
+        ((0, 2), (1, 2)),
         4,
         "crossed",
         "2/3",
@@ -100,7 +114,7 @@ def test_seeds_on_different_games_get_the_nested_interval(tmp_path, repo):
     craft(tmp_path, repo, "pats-s1", 1, "pats", {"g2": [1.0], "g3": [1.0]})
     craft(tmp_path, repo, "grpo-s0", 0, "none", ZERO)
     craft(tmp_path, repo, "grpo-s1", 1, "none", {"g2": [0.0], "g3": [0.0]})
-    result = compare([read_run(d) for d in run_dirs([tmp_path])], baseline="grpo")
+    result = compare([read_run(d) for d in run_dirs([tmp_path])], ["grpo"])
     pats = next(r for r in result.rows if r.condition == "pats")
     assert pats.design == "nested" and pats.heldout == Interval(0.75, 0.25, 1.0)
     assert result.differences[0].difference.design == "nested"
@@ -114,10 +128,10 @@ def test_the_table_files_and_the_refusals(crafted, tmp_path, capsys):
     assert main(["compare", str(crafted), "--baseline", "grpo", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert (
-        "| pats | pats | 0, 1 | 2/3 | 2 | 0.750 [0.000, 1.000] | 1.000 [0.342, 1.000] | +0.250 [+0.000, +1.000] |"
+        "| pats | pats | 0, 1 | 2/3 | 2 per seed | 0.750 [0.000, 1.000] | 1.000 [0.342, 1.000] | +0.250 [+0.000, +1.000] |"
         in printed
     )
-    assert "| pats | +0.750 [+0.000, +1.000] | crossed | s0 +0.500, s1 +1.000 |" in printed
+    assert "| pats | +0.750 [+0.000, +1.000] | crossed | 2 per seed | s0 +0.500, s1 +1.000 |" in printed
     assert (out / "curves.png").stat().st_size > 10_000
     rows = list(csv.DictReader(io.StringIO((out / "comparison.csv").read_text())))
     pats = next(r for r in rows if r["condition"] == "pats")
@@ -127,12 +141,12 @@ def test_the_table_files_and_the_refusals(crafted, tmp_path, capsys):
         "grpo",
     )
     assert (out / "comparison.md").read_text() == markdown(
-        compare([read_run(d) for d in run_dirs([crafted])], "grpo")
+        compare([read_run(d) for d in run_dirs([crafted])], ["grpo"])
     )
     with pytest.raises(
         PrerequisiteError, match="--baseline nope is none of the conditions compared: grpo, pats"
     ):
-        compare([read_run(d) for d in run_dirs([crafted])], baseline="nope")
+        compare([read_run(d) for d in run_dirs([crafted])], ["nope"])
     twin = craft(tmp_path / "elsewhere", Path(__file__).resolve().parents[1], "pats-s0", 0, "pats", A[0])
     with pytest.raises(PrerequisiteError, match="two runs of condition pats with seed 0"):
         compare([read_run(d) for d in run_dirs([crafted, twin])])

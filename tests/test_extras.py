@@ -58,7 +58,7 @@ def test_run_check_without_llm_extra_is_a_prerequisite_error(without):
 
 
 def test_llm_caller_and_scripted_helpers_without_llm_extra(without):
-    from pats.lm import LLMCaller
+    from pats.lm.caller import LLMCaller
     from pats.testing import scripted_judge, scripted_reviser
 
     without("dspy")

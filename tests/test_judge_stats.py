@@ -220,7 +220,7 @@ async def test_the_reason_names_the_warmup_and_what_was_withdrawn():
 
 
 async def test_the_event_log_and_the_llm_reviser_see_why(tmp_path):
-    from pats.lm import render_assessment
+    from pats.lm.prompts import render_assessment
     from pats.logging.events import AssessmentEvent, EventLog, read_events, write_review
     from pats.types import ReviewResult
 

@@ -14,7 +14,8 @@ import json
 import pytest
 
 from pats.judges.llm import GRADE_LABELS, LLMJudge, verdict_schema
-from pats.lm import CITES_MAX, cites_schema, enum, structured_decision
+from pats.lm.probe import structured_decision
+from pats.lm.schema import CITES_MAX, cites_schema, enum
 from pats.reviser.llm import LLMReviser, edit_schema
 from pats.reviser.prompt import ReviserSettings
 from pats.spec.models import ExperimentSpec, LLMJudgeSpec, LLMReviserSpec, LLMSpec, ScaffoldBudget

@@ -9,7 +9,8 @@ import dspy
 import pytest
 
 from pats.errors import JudgeError, PrerequisiteError
-from pats.lm import LLMCaller, MalformedAnswer, build_lm, mask_secrets, usd_cost
+from pats.lm.caller import LLMCaller, build_lm, usd_cost
+from pats.lm.faults import MalformedAnswer, mask_secrets
 from pats.spec.models import LLMSpec
 from pats.testing import ScriptedOpenAIServer
 

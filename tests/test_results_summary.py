@@ -94,7 +94,7 @@ def read_pilot_heldout(path: Path, args: list[str]) -> Reading:
     untrained = [base[c["seed"]] for c in trained]
     t, u = by_seed(trained), by_seed(untrained)
     d = seed_game_difference(t, u)
-    rate_t, rate_u = seed_game_rate(t)[0], seed_game_rate(u)[0]
+    rate_t, rate_u = seed_game_rate(t).interval, seed_game_rate(u).interval
     r.must = [r.rate(rate_t.estimate), r.rate(rate_u.estimate), *r.interval(d.interval, signed=True)]
     r.interval(rate_t, signed=False)
     r.interval(rate_u, signed=False)
@@ -146,8 +146,8 @@ def read_demonstration(path: Path, args: list[str]) -> Reading:
         x, y = (demo_outcomes([c for c in cells if c["condition"] == k], keys) for k in (a, b))
         d = seed_game_difference(x, y)
         r.must += r.interval(d.interval, signed=True)
-        r.interval(seed_game_rate(x)[0], signed=False)
-        r.interval(seed_game_rate(y)[0], signed=False)
+        r.interval(seed_game_rate(x).interval, signed=False)
+        r.interval(seed_game_rate(y).interval, signed=False)
         for _, v in d.per_seed:
             r.signed(v)
         verdicts.add(_difference_verdict(d.interval, 0.05))

@@ -16,7 +16,7 @@ from reviser import llm_reviser, rules_reviser, summary  # noqa: E402
 from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
 from reviser_score import BundleScore, score  # noqa: E402
 
-from pats.lm import usd_cost  # noqa: E402
+from pats.lm.caller import usd_cost  # noqa: E402
 from pats.scaffold.problems import named_edits, rule_of  # noqa: E402
 from pats.testing import ScriptedOpenAIServer  # noqa: E402
 from pats.types import EvidenceCard, ScaffoldEntry  # noqa: E402

@@ -320,7 +320,7 @@ def test_a_program_file_that_is_missing_or_not_a_program_is_refused_with_the_com
 def test_a_server_that_refuses_the_reviser_schema_turns_structured_output_off_at_the_probe(capsys):
     import asyncio
 
-    from pats.lm import probe_structured
+    from pats.lm.caller import probe_structured
     from pats.testing import ScriptedOpenAIServer
 
     wire = f"[[ ## edits ## ]]\n{json.dumps([ADD_BY_NAMES])}\n\n[[ ## completed ## ]]"
@@ -342,7 +342,7 @@ def test_a_server_that_refuses_the_reviser_schema_turns_structured_output_off_at
 def test_a_server_that_keeps_the_schema_passes_the_probe():
     import asyncio
 
-    from pats.lm import probe_structured
+    from pats.lm.caller import probe_structured
     from pats.testing import ScriptedOpenAIServer
 
     with ScriptedOpenAIServer([], structured=True) as server:

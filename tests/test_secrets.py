@@ -14,7 +14,8 @@ import pytest
 
 from pats.engine.run import new_run
 from pats.errors import JudgeError, PrerequisiteError, SpecError
-from pats.lm import LLMCaller, build_lm, mask_secrets
+from pats.lm.caller import LLMCaller, build_lm
+from pats.lm.faults import mask_secrets
 from pats.spec import load_spec, spec_to_yaml
 from pats.spec.models import LLMSpec
 from pats.testing import ScriptedOpenAIServer

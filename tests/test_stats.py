@@ -231,12 +231,31 @@ def test_crossed_and_nested_against_a_hand_computed_distribution():
     # (0, 0) and one g0 in four, 1/4 * 4/16: P(<= .25) = 5/64 > 2.5%, so the lower end is 0.25.
     n = stats.hierarchical_difference(a, b)
     assert (n.interval.lo, n.interval.hi) == (0.25, 1.0) and n.design == "nested"
-    # seed_game_difference picks crossed here (both seeds play g0 and g1), nested when they do not.
+    # seed_game_difference picks crossed here (both seeds play g0 and g1), nested when no game is
+    # played by every seed.
     assert stats.seed_game_difference(a, b) == c
-    a2 = {0: a[0], 1: {"g0": [1.0], "g2": [1.0]}}
-    b2 = {0: b[0], 1: {"g0": [0.0], "g2": [0.0]}}
-    assert stats.seed_game_difference(a2, b2).design == "nested"
+    a2 = {0: a[0], 1: {"g2": [1.0], "g3": [1.0]}}
+    b2 = {0: b[0], 1: {"g2": [0.0], "g3": [0.0]}}
+    assert stats.seed_game_difference(a2, b2) == stats.hierarchical_difference(a2, b2)
     assert not stats.shared_games(a2) and stats.shared_games(a, b)
+
+
+def test_the_design_is_decided_on_the_games_paired_not_on_each_seeds_whole_set():
+    # Seed 0 also played g2 and g3 (a larger evaluation of that seed's cell only), and b's seed 1
+    # played g4: the games every seed of both played are g0 and g1, so crossed on those two.
+    a = {0: {"g0": [1.0], "g1": [0.0], "g2": [1.0], "g3": [1.0]}, 1: {"g0": [1.0], "g1": [1.0]}}
+    b = {0: {"g0": [0.0], "g1": [0.0]}, 1: {"g0": [0.0], "g1": [0.0], "g4": [1.0]}, 2: {"g0": [1.0]}}
+    two = {s: {g: a[s][g] for g in ("g0", "g1")} for s in (0, 1)}
+    d = stats.seed_game_difference(a, b)
+    assert d == stats.crossed_difference(two, {s: b[s] for s in (0, 1)})
+    assert (d.design, d.games, d.per_seed) == ("crossed", ((0, 2), (1, 2)), ((0, 0.5), (1, 1.0)))
+    r = stats.seed_game_rate(a)
+    assert r == stats.Rate(stats.crossed_rate(two), "crossed", ((0, 2), (1, 2)), 4)
+    assert stats.paired_games(a, b) == ({0: frozenset({"g0", "g1"}), 1: frozenset({"g0", "g1"})}, "crossed")
+    # seeds on games of their own: nested on each seed's own games, all of them
+    own = {0: {"g0": [1.0], "g1": [0.0], "g2": [1.0]}, 1: {"h0": [1.0]}}
+    r = stats.seed_game_rate(own)
+    assert (r.interval, r.design, r.games) == (stats.hierarchical_rate(own), "nested", ((0, 3), (1, 1)))
 
 
 def test_crossed_keeps_only_the_games_every_seed_has_and_one_seed_is_the_game_bootstrap():
@@ -248,5 +267,6 @@ def test_crossed_keeps_only_the_games_every_seed_has_and_one_seed_is_the_game_bo
     crossed, nested = stats.crossed_difference(one_a, one_b), stats.hierarchical_difference(one_a, one_b)
     assert crossed.interval == nested.interval  # draw for draw
     assert math.isnan(stats.crossed_difference(a, {9: {"x": [0.0]}}).interval.estimate)
-    rate, design = stats.seed_game_rate({0: {"x": [0.0, 0.0]}, 1: {"x": [0.0]}})
-    assert design == "crossed" and rate == stats.Interval(0.0, *stats.wilson(0, 1))  # one game: Wilson of 0/1
+    rate = stats.seed_game_rate({0: {"x": [0.0, 0.0]}, 1: {"x": [0.0]}})
+    one_game = stats.Interval(0.0, *stats.wilson(0, 1))  # one game: Wilson of 0/1
+    assert rate == stats.Rate(one_game, "crossed", ((0, 1), (1, 1)), 3)

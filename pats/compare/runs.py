@@ -3,9 +3,10 @@ event log alone (a finished run, a crashed one, or one still going).
 
 A run's condition is its spec's name without the `-s<seed>` that `pats sweep` appends, so the cells of
 a sweep, and runs named that way by hand, group by condition. Held-out outcomes are the per-game
-successes of the run's last evaluation (the checkpoint after its last evaluated step), without and
-with the scaffold; or, when `pats eval` measured the run's latest checkpoint since (a larger held-out
-set, say), its `report/outcomes_eval.json`.
+successes of the run's last evaluation of a trained checkpoint (the checkpoint after its last evaluated
+step), without and with the scaffold; or, when `pats eval` measured the run's latest checkpoint since (a
+larger held-out set, say), its `report/outcomes_eval.json`. The evaluation before training
+(`eval.at_start`, step -1) is kept apart, with what it depends on (`Start`), for the untrained row.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
+from pats.compare.untrained import Start, start_of
 from pats.errors import PrerequisiteError
 
 Outcomes = dict[str, tuple[float, ...]]  # game id -> its episodes' successes
@@ -40,6 +42,8 @@ class RunRecord:
     edits: int  # ADD + UPDATE + DELETE over the run
     removals: int  # DELETE
     curves: dict[str, tuple[tuple[int, float], ...]]  # metric -> (step, value), steps and evaluations
+    at_start: Outcomes  # the untrained policy's, without the scaffold (eval.at_start; {}: none)
+    start: Start  # what that evaluation depends on, but the seed
 
 
 CURVES = ("train/success", "train/informative_fraction", "scaffold/tokens")
@@ -59,7 +63,9 @@ def read_run(run_dir: Path) -> RunRecord:
     path = run_dir / "events.jsonl"
     steps = [(e.step, e.metrics) for e in read_events(path, StepEndEvent)] if path.is_file() else []
     evals = read_events(path, EvalEvent) if path.is_file() else []
-    last = max(evals, key=lambda e: e.step) if evals else None
+    trained = [e for e in evals if e.step >= 0]  # step -1: the untrained policy (eval.at_start)
+    last = max(trained, key=lambda e: e.step) if trained else None
+    before = next((e for e in evals if e.step < 0), None)
 
     def mean(key: str) -> float:
         values = [m[key] for _, m in steps if key in m]
@@ -97,6 +103,8 @@ def read_run(run_dir: Path) -> RunRecord:
         edits=total("edits/ADD") + total("edits/UPDATE") + total("edits/DELETE"),
         removals=total("edits/DELETE"),
         curves={k: v for k, v in curves.items() if v},
+        at_start=dict(before.outcomes) if before else {},
+        start=start_of(spec),
     )
 
 

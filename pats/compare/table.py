@@ -1,10 +1,13 @@
-"""`pats compare`'s table: one row per condition over its seeds, and each condition against a baseline.
+"""`pats compare`'s table: one row per condition over its seeds, the untrained rows (pats.compare.untrained),
+and each condition against each baseline.
 
-Held-out success is an interval over seeds and games (pats.stats): crossed (one draw of games shared by
-every drawn seed) when all seeds played the same games, as the cells of a sweep do, else nested. The
-reliance gap is with-scaffold minus without on the same games and seeds, paired the same way; the
-difference to the baseline is paired by seed and game over the seeds both conditions ran. The other
-columns are per-run numbers (means over the run's steps, or its last step's) averaged over seeds.
+Held-out success is an interval over seeds and games (pats.stats), its design decided on the games
+actually paired: crossed (one draw of games shared by every drawn seed) on the games every seed played
+when there are any, the others left out and said in the notes; else nested, each seed on its own games.
+The reliance gap is with-scaffold minus without on the same games and seeds, paired the same way; a
+difference to a baseline is paired by seed id and game, over the seeds both conditions have held-out
+outcomes for, and the notes name the seeds left out on either side. The other columns are per-run
+numbers (means over the run's steps, or its last step's) averaged over seeds.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
+from pats.compare.notes import difference_notes, intervals_notes, run_notes, seeds_notes
 from pats.compare.runs import RunRecord
+from pats.compare.untrained import untrained_rows
 from pats.errors import PrerequisiteError
 from pats.stats import DRAWS, Design, Difference, Interval, seed_game_difference, seed_game_rate
 
@@ -22,11 +27,11 @@ from pats.stats import DRAWS, Design, Difference, Interval, seed_game_difference
 @dataclass(frozen=True)
 class ConditionRow:
     condition: str
-    scaffold_mode: str
+    scaffold_mode: str  # "-" for an untrained row
     seeds: tuple[int, ...]
-    steps: str  # "done/planned", the fewest over seeds
-    games: int  # held-out games of the last evaluation (per seed, the most)
-    episodes: int  # held-out episodes over all seeds
+    steps: str  # "done/planned", the fewest over seeds ("-" for an untrained row)
+    games: tuple[tuple[int, int], ...]  # (seed, held-out games it contributed to the interval)
+    episodes: int  # held-out episodes in the interval, over all seeds
     heldout: Interval | None  # None: never evaluated
     heldout_with_scaffold: Interval | None
     reliance_gap: Difference | None  # with - without the scaffold
@@ -42,6 +47,7 @@ class ConditionRow:
 
 @dataclass(frozen=True)
 class BaselineDifference:
+    baseline: str
     condition: str
     difference: Difference  # held-out success without the scaffold, condition - baseline
 
@@ -49,8 +55,8 @@ class BaselineDifference:
 @dataclass(frozen=True)
 class Comparison:
     rows: tuple[ConditionRow, ...]
-    baseline: str | None
-    differences: tuple[BaselineDifference, ...]
+    baselines: tuple[str, ...]
+    differences: tuple[BaselineDifference, ...]  # by baseline, then by row
     notes: tuple[str, ...]
 
 
@@ -75,20 +81,21 @@ def _mean(values: Sequence[float]) -> float:
 def _row(condition: str, runs: list[RunRecord], draws: int) -> ConditionRow:
     bare = {r.seed: r.heldout for r in runs if r.heldout}
     scaffolded = {r.seed: r.heldout_with_scaffold for r in runs if r.heldout_with_scaffold}
-    heldout, design = seed_game_rate(bare, draws) if bare else (None, None)
-    with_scaffold = seed_game_rate(scaffolded, draws)[0] if scaffolded else None
+    rate = seed_game_rate(bare, draws) if bare else None
+    with_scaffold = seed_game_rate(scaffolded, draws).interval if scaffolded else None
     gap = seed_game_difference(scaffolded, bare, draws) if scaffolded else None
+    planned = max(r.steps_planned for r in runs)
     return ConditionRow(
         condition=condition,
         scaffold_mode="/".join(sorted({r.scaffold_mode for r in runs})),
         seeds=tuple(r.seed for r in runs),
-        steps=f"{min(r.steps_done for r in runs)}/{max(r.steps_planned for r in runs)}",
-        games=max((len(o) for o in bare.values()), default=0),
-        episodes=sum(len(v) for o in bare.values() for v in o.values()),
-        heldout=heldout,
+        steps=f"{min(r.steps_done for r in runs)}/{planned}" if planned else "-",
+        games=rate.games if rate else (),
+        episodes=rate.episodes if rate else 0,
+        heldout=rate.interval if rate else None,
         heldout_with_scaffold=with_scaffold,
         reliance_gap=gap,
-        design=design,
+        design=rate.design if rate else None,
         train_success=_mean([r.train_success for r in runs]),
         informative_fraction=_mean([r.informative_fraction for r in runs]),
         prompt_tokens=_mean([r.prompt_tokens for r in runs]),
@@ -99,48 +106,57 @@ def _row(condition: str, runs: list[RunRecord], draws: int) -> ConditionRow:
     )
 
 
-def pick_baseline(groups: dict[str, list[RunRecord]], baseline: str | None) -> tuple[str | None, str]:
-    """The named baseline, else the one condition without a scaffold (mode none); and a note."""
-    if baseline is not None:
-        if baseline not in groups:
-            raise PrerequisiteError(
-                f"--baseline {baseline} is none of the conditions compared: {', '.join(sorted(groups))}"
-            )
-        return baseline, f"Baseline: {baseline} (named)."
+def pick_baselines(
+    groups: dict[str, list[RunRecord]], baselines: Sequence[str] | None
+) -> tuple[tuple[str, ...], str]:
+    """The named baselines, else the one condition without a scaffold (mode none); and a note."""
+    if baselines:
+        for b in baselines:
+            if b not in groups:
+                raise PrerequisiteError(
+                    f"--baseline {b} is none of the conditions compared: {', '.join(sorted(groups))}"
+                )
+        named = tuple(dict.fromkeys(baselines))
+        return named, f"Baseline{'s' if len(named) > 1 else ''}: {', '.join(named)} (named)."
     plain = [c for c, runs in groups.items() if all(r.scaffold_mode == "none" for r in runs)]
     if len(plain) == 1:
-        return plain[
-            0
-        ], f"Baseline: {plain[0]}, the one condition without a scaffold (--baseline names another)."
-    return None, "No baseline: name one with --baseline to get differences."
+        note = f"Baseline: {plain[0]}, the one condition without a scaffold (--baseline names another)."
+        return (plain[0],), note
+    return (), "No baseline: name one with --baseline to get differences."
 
 
-def compare(records: Sequence[RunRecord], baseline: str | None = None, draws: int = DRAWS) -> Comparison:
-    groups = _by_condition(records)
-    base, note = pick_baseline(groups, baseline)
+def compare(
+    records: Sequence[RunRecord], baselines: Sequence[str] | None = None, draws: int = DRAWS
+) -> Comparison:
+    """The table of `records` grouped by condition, plus the untrained rows, against `baselines` (each
+    condition minus each baseline; None: the one condition without a scaffold, if there is one)."""
+    trained = _by_condition(records)
+    untrained, untrained_notes = untrained_rows(records, baselines or (), list(trained))
+    groups = trained | untrained
+    chosen, note = pick_baselines(groups, baselines) if baselines else pick_baselines(trained, None)
     rows = tuple(_row(c, runs, draws) for c, runs in groups.items())
-    notes = [note]
     differences = []
-    if base is not None:
+    for i, base in enumerate(chosen):
         ref = {r.seed: r.heldout for r in groups[base] if r.heldout}
         for condition, runs in groups.items():
             mine = {r.seed: r.heldout for r in runs if r.heldout}
-            if condition != base and mine and ref:
-                differences.append(BaselineDifference(condition, seed_game_difference(mine, ref, draws)))
-    for runs in groups.values():
-        for r in runs:
-            if r.steps_done < r.steps_planned:
-                notes.append(
-                    f"{r.run_dir.name}: {r.steps_done} of {r.steps_planned} steps done (still going or stopped)."
-                )
-            if not r.heldout:
-                notes.append(
-                    f"{r.run_dir.name}: no held-out evaluation with per-game outcomes; left out of the intervals."
-                )
-    by_eval = [r.run_dir.name for runs in groups.values() for r in runs if r.heldout_source == "pats eval"]
-    if by_eval:
-        notes.append(f"Held-out outcomes from `pats eval` (report/outcomes_eval.json): {', '.join(by_eval)}.")
-    evaluated = {r.eval_step for runs in groups.values() for r in runs if r.heldout}
-    if len(evaluated) > 1:
-        notes.append(f"The runs' last evaluations measured different steps' checkpoints: {sorted(s for s in evaluated if s is not None)}.")  # fmt: skip
-    return Comparison(rows, base, tuple(differences), tuple(notes))
+            if condition != base and condition not in chosen[:i] and mine and ref:
+                diff = seed_game_difference(mine, ref, draws)
+                differences.append(BaselineDifference(base, condition, diff))
+    notes = [note, *untrained_notes, *seeds_notes(groups, set(untrained))]
+    notes += intervals_notes(groups, rows)
+    for d in differences:
+        notes += difference_notes(
+            d.condition, d.baseline, groups[d.condition], groups[d.baseline], d.difference
+        )
+    notes += run_notes(trained)
+    n = len(differences)
+    if n == 1:
+        notes.append("1 comparison (the difference above): its interval is 95% for that comparison.")
+    elif n > 1:
+        notes.append(
+            f"{n} comparisons (the differences above): each interval is 95% for its own comparison, not "
+            f"for {'both' if n == 2 else f'all {n}'} at once; no correction for multiple comparisons is made, so by chance about 1 "
+            "in 20 such intervals misses its true difference."
+        )
+    return Comparison(rows, chosen, tuple(differences), tuple(notes))

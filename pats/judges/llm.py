@@ -5,7 +5,7 @@ type's evidence cards, with the instructions, label descriptions and examples of
 (`judges/<environment kind>.yaml`, or the spec's `judge.rubric`). Each verdict is a label, a reason
 and the ids of the cards it rests on.
 
-Structured output (`llm.structured`, see pats.lm): the answer's JSON schema (`verdict_schema`) is the
+Structured output (`llm.structured`, see pats.lm.probe): the answer's JSON schema (`verdict_schema`) is the
 Verdict record narrowed to the call: one verdict per entry shown, entry ids and the four labels as
 enums, and at least one citation from the ids of the cards shown. The checks below still apply to
 whatever arrives.
@@ -30,18 +30,16 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pats.errors import JudgeError
-from pats.lm import (
-    LLMCaller,
-    Probe,
-    cites_schema,
-    enum,
+from pats.lm.caller import LLMCaller
+from pats.lm.probe import Probe
+from pats.lm.prompts import (
     prompt_file,
     read_prompt_file,
-    record_schema,
     render_assessment,
     render_cards,
     render_entries,
 )
+from pats.lm.schema import cites_schema, enum, record_schema
 from pats.protocols import Judge
 from pats.scaffold.validate import type_entries
 from pats.spec.models import LLMJudgeSpec, ScaffoldBudget

@@ -146,7 +146,7 @@ def _scored_examples(spec, train, prompt, settings, count, structured: bool) -> 
     reviser's answer as the metric's reference (whether edits were due)."""
     import dspy
 
-    from pats.lm import response_format
+    from pats.lm.schema import response_format
 
     examples = []
     for b in train:
@@ -170,7 +170,7 @@ class _Against:
     takes one), closed after."""
 
     def __init__(self, spec: ExperimentSpec):
-        from pats.lm import LLMCaller
+        from pats.lm.caller import LLMCaller
 
         assert spec.reviser.kind == "llm"
         self.caller = LLMCaller(spec.reviser.llm)

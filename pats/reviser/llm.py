@@ -7,7 +7,7 @@ the current entries, and `feedback` (the problems of a refused answer). Output: 
 UPDATE / DELETE edits, read into `pats.types` records with the card names mapped back to ids. The
 instructions, the edit format and the budget texts are data: `judges/reviser.yaml`.
 
-Structured output (`llm.structured`, see pats.lm): the answer's JSON schema is built per call
+Structured output (`llm.structured`, see pats.lm.probe): the answer's JSON schema is built per call
 (`edit_schema`) and says every rule of the validator a schema can: the ops, kinds, scopes and entries
 this call allows, citations of the cards shown with the first `min_citations` distinct, each entry
 edited once, the mode's ADD counts. The `auto` probe sends the reviser's own schema (`reviser_probe`).
@@ -29,16 +29,10 @@ from collections.abc import Callable, Collection, Sequence
 from itertools import combinations
 from typing import Any, NamedTuple
 
-from pats.lm import (
-    LLMCaller,
-    Probe,
-    cites_schema,
-    enum,
-    record_schema,
-    render_assessment,
-    render_cards,
-    render_entries,
-)
+from pats.lm.caller import LLMCaller
+from pats.lm.probe import Probe
+from pats.lm.prompts import render_assessment, render_cards, render_entries
+from pats.lm.schema import cites_schema, enum, record_schema
 from pats.reviser.prompt import (
     CardAliases,
     ReviserPrompt,

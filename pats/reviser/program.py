@@ -125,7 +125,7 @@ def _module_class() -> type:
         ) -> dspy.Prediction:
             from dspy.utils.exceptions import AdapterParseError
 
-            from pats.lm import MalformedAnswer
+            from pats.lm.faults import MalformedAnswer
             from pats.reviser.prompt import edits_from_answer, render_feedback
 
             shown = {"demos": self.demo_for(inputs)} if self.match_demos else {}

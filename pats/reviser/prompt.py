@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from pats.lm import MalformedAnswer, prompt_file, read_prompt_file
+from pats.lm.faults import MalformedAnswer
+from pats.lm.prompts import prompt_file, read_prompt_file
 from pats.spec.models import ScaffoldSpec
 from pats.types import AddEdit, Edit, ReviewMode, ScaffoldEntry, Verdict
 

@@ -21,7 +21,7 @@ MODEL = "openai/scripted"  # never called: DummyLM answers instead
 
 def scripted_reviser(answers: Sequence[Any], **options):
     """An LLMReviser whose calls return `answers` in order (lists of edit dicts, or raw strings)."""
-    from pats.lm import require_llm
+    from pats.lm.caller import require_llm
 
     require_llm()
     from dspy.utils import DummyLM
@@ -35,7 +35,7 @@ def scripted_reviser(answers: Sequence[Any], **options):
 
 def scripted_judge(answers: Sequence[Any], environment: str = "twx", budget: ScaffoldBudget | None = None):
     """An LLMJudge whose grading calls return `answers` in order (lists of verdict dicts, or strings)."""
-    from pats.lm import require_llm
+    from pats.lm.caller import require_llm
 
     require_llm()
     from dspy.utils import DummyLM

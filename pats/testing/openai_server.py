@@ -22,7 +22,7 @@ counted, roughly as a tokenizer would: words and punctuation of the prompt's mes
 Structured output: by default (`structured=False`) it is a server without schema support that refuses
 the field (`transformers serve` 5.10 ignores it instead, with a warning; its probe answer is then
 prose, which turns structured output off just the same): every request carrying a `response_format`,
-the probe (a prompt starting `pats.lm.PROBE_PREFIX`) included, gets a 400 before the script, consuming
+the probe (a prompt starting `pats.lm.probe.PROBE_PREFIX`) included, gets a 400 before the script, consuming
 nothing; so an LLM on `structured: auto` talks to it in DSPy's free-form fields, as the scripts are
 written. With `structured=True` it is a server that takes the field: the probe (kept in `probes`,
 consuming nothing) gets the `probe` item (default: the JSON object its prompt asks for, as a server
@@ -52,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
 from pats.llm_check import PREFLIGHT_PROMPT
-from pats.lm import PROBE_PREFIX
+from pats.lm.probe import PROBE_PREFIX
 
 ScriptItem = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
 _TOKEN = re.compile(r"\w+|[^\w\s]")

@@ -112,7 +112,7 @@ def _refuse_existing(out: Path) -> None:
 def _spec_files(spec: ExperimentSpec) -> tuple[tuple, tuple]:
     """(copies, absolute): the initial bank and the judge rubric (pats' own for an llm judge without
     one) are copied to files/<key>/<name>; every other file the spec reads stays where it is."""
-    from pats.lm import PROMPTS_DIR
+    from pats.lm.prompts import PROMPTS_DIR
     from pats.spec.loader import FILE_KEYS
 
     copied = {"scaffold.initial_bank", "judge.rubric"}

@@ -1,18 +1,19 @@
-"""LLM plumbing for the LLM judge and reviser: build a DSPy LM from an `LLMSpec` and call it safely.
+"""Build a DSPy LM from an `LLMSpec` and call it safely: retries, faults and token accounting.
 
 `build_lm` makes a `dspy.LM` (LiteLLM model strings; DSPy picks its native client where it has one)
 with DSPy's own retries off. `LLMCaller` owns retries instead, so that every fault is counted by kind
-and the retry budget is ours: exponential backoff from `spec.backoff_s`, a 429's Retry-After honoured
-(capped), a concurrency limit, a deadline per call, and a `JudgeError` with API keys masked once the
-retries are spent. Programs run in worker threads under a scoped `dspy.context`; nothing here ever
-calls `dspy.configure`, so two LMs (judge and reviser) never see each other's settings.
+(pats.lm.faults) and the retry budget is ours: exponential backoff from `spec.backoff_s`, a 429's
+Retry-After honoured (capped), a concurrency limit, a deadline per call, and a `JudgeError` with API
+keys masked once the retries are spent. Programs run in worker threads under a scoped
+`dspy.context`; nothing here ever calls `dspy.configure`, so two LMs (judge and reviser) never see
+each other's settings. A call given a `schema` (pats.lm.schema) sends it when structured output is on
+for the endpoint.
 
-Structured answers: a call that passes `schema` (a JSON schema of its answer, see pats.reviser.llm and
-pats.judges.llm) is sent with `response_format: {"type": "json_schema", ...}` and read by DSPy's
-JSONAdapter when structured output is on for the endpoint (`llm.structured`: on, off, or auto, which
-follows one probe request: `probe_structured`); otherwise with DSPy's ChatAdapter and
-its `[[ ## field ## ]]` format, as before. A server that enforces the schema (vLLM, SGLang, llama.cpp,
-OpenAI) then cannot answer outside it, enums of card ids included.
+Structured output (`llm.structured`: on, off, or auto): with auto, the first call with a schema (or
+the preflight, pats.llm_check) sends one probe request (`probe_structured`) asking for an answer in the
+caller's own schema (`pats.lm.probe.Probe`); structured output is on for that endpoint when the answer
+is JSON the schema accepts, off when the server refused the schema or answered anything else. The
+decision is kept for the process (`pats.lm.probe.structured_decision`) and said on stderr.
 
 What is counted: every request an attempt sent is a call (`calls`), answered, malformed or failed, with
 its seconds; tokens are those the server reported, malformed answers included (a request given up on
@@ -22,15 +23,6 @@ Departure from plain DSPy: ChatAdapter's silent fallback to JSONAdapter is off b
 attempt is one request and an unparseable answer is counted as `malformed` and retried like any other
 fault, never repaired by a second, uncounted request. With `llm.cache` on, each retry asks under its
 own cache key, so a cached bad answer is never served to its own retry.
-
-Fault kinds come from DSPy's LM error classes, onto which both of DSPy's engines (its native HTTP
-client and LiteLLM) map their errors. The two differ on broken bodies: a 200 whose body is not JSON is
-`malformed` on the native client but `server_error` through LiteLLM, and a body cut short is
-`connection` resp. `server_error`. Auth, quota and invalid-request errors count as `other` and are not
-retried (another attempt cannot fix them).
-
-dspy and litellm import lazily: `import pats` must stay fast and must not touch the network. They are
-the `llm` extra, not in the base install: `require_llm` says so with the install command.
 """
 
 from __future__ import annotations
@@ -39,146 +31,27 @@ import asyncio
 import contextvars
 import functools
 import importlib.util
-import json
 import os
-import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from itertools import combinations
-from math import comb
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
-
-from pats.errors import JudgeError, PrerequisiteError, SpecError, SpecIssue, install_hint
-from pats.types import Assessment, EvidenceCard, LLMUsage, Record, ScaffoldEntry
+from pats.errors import JudgeError, PrerequisiteError, SpecError, install_hint
+from pats.lm.faults import fault_kind, mask_secrets, retry_after, retryable
+from pats.lm.probe import PLAIN_PROBE, Probe, remember_structured, structured_decision
+from pats.lm.schema import keeps_schema, response_format, schema_adapter
+from pats.types import LLMUsage
 
 if TYPE_CHECKING:
     import dspy
 
     from pats.spec.models import LLMSpec
 
-M = TypeVar("M", bound=BaseModel)
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "judges"  # rubrics and reviser prompt, as data
-FAULT_KINDS = ("timeout", "rate_limit", "server_error", "connection", "malformed", "other")
 MAX_WAIT_S = 60.0  # cap on one backoff or Retry-After wait
-_KEY_PATTERN = re.compile(r"sk-[A-Za-z0-9_\-]{3,}")
-PROBE_PREFIX = "pats structured-output probe:"  # how a test server tells the probe from other requests
-
-
-class Probe(NamedTuple):
-    """What the structured-output probe sends: a caller's own answer schema (the reviser's edit schema:
-    a 4-variant anyOf with const/prefixItems citations, maxLength, strict; the judge's verdicts) and an
-    answer it allows, which the prompt asks for. A server that refuses the schema refuses it here, once,
-    instead of on every review call."""
-
-    name: str
-    schema: dict[str, Any]
-    answer: dict[str, Any]
-
-    @property
-    def prompt(self) -> str:
-        return f"{PROBE_PREFIX} answer with the JSON object {json.dumps(self.answer)}."
-
-
-# The probe of a caller that has none of its own (a plain LLMCaller): the smallest schema.
-PROBE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "enum": ["ok"]}},
-    "required": ["answer"],
-    "additionalProperties": False,
-}
-PLAIN_PROBE = Probe("pats_probe", PROBE_SCHEMA, {"answer": "ok"})
-
-
-# (model, api_base, api_key_env) -> structured output on, as the probe found it in this process.
-_STRUCTURED: dict[tuple[str, str | None, str | None], bool] = {}
-
-
-def response_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAI `response_format` asking for an answer in `schema` (strict: no other keys)."""
-    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
-
-
-def schema_adapter() -> Any:
-    """DSPy's JSONAdapter sending the call's own `response_format` (config of the call): DSPy's would
-    derive one from the signature, without this call's enums, or send none where LiteLLM does not list
-    the endpoint as one that takes schemas (a self-hosted server under openai/ or hosted_vllm/)."""
-    import dspy
-
-    class SchemaAdapter(dspy.JSONAdapter):
-        def _prepare_response_format(self, lm, lm_kwargs, signature):
-            return None  # keep the response_format the call carries
-
-    return SchemaAdapter()
-
-
-def record_schema(record: type[Record], narrowed: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The JSON schema of a typed record as a strict answer object: every field required, no other
-    keys, and the fields in `narrowed` replaced by those schemas (the enums of what a call shows)."""
-    properties = {}
-    for name, prop in record.model_json_schema()["properties"].items():
-        prop = narrowed.get(name, prop)
-        properties[name] = {k: v for k, v in prop.items() if k not in ("title", "default")}
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
-
-
-def enum(values: Sequence[str]) -> dict[str, Any]:
-    return {"type": "string", "enum": list(dict.fromkeys(values))}
-
-
-CITES_MAX = 4  # citations one answer item may carry under a schema (see cites_schema)
-# Branches of the anyOf that makes the first `min_citations` citations distinct (see cites_schema): past
-# this many, only the first two are forced apart and the validator counts the rest.
-DISTINCT_BRANCHES_MAX = 64
-
-
-def cites_schema(card_ids: Sequence[str], min_citations: int) -> dict[str, Any]:
-    """Citations: ids of the cards shown only, at least `min_citations` of them, and the first
-    `min_citations` distinct.
-
-    Distinctness without `uniqueItems` (which xgrammar compiles but ignores, and which other vLLM grammar
-    backends refuse): the first citations must come in the order the cards are listed, strictly
-    increasing, so one `anyOf` branch per choice of all but the last, each `prefixItems: [{const: id_i},
-    ..., {enum: ids after the last const}]`. With two citations that is one branch per card but the last
-    ([a,a] and [b,a] are refused, [a,b] and [a,b,a] accepted). More than DISTINCT_BRANCHES_MAX branches:
-    only the first two citations are forced apart, and the validator's rule says the rest."""
-    ids = list(dict.fromkeys(card_ids))
-    if not ids:
-        return {"type": "array", "maxItems": 0}
-    # At most CITES_MAX citations (or min_citations, if more), and no more than the cards shown: a small
-    # model otherwise repeats one id until max_tokens cuts the answer (seen: one ALFWorld id, ~40 tokens,
-    # twelve times in one edit).
-    most = min(len(ids), max(CITES_MAX, min_citations))
-    schema: dict[str, Any] = {"type": "array", "items": enum(ids), "maxItems": most}
-    if min_citations > 0:
-        schema["minItems"] = min_citations
-    if min_citations < 2 or len(ids) < min_citations:
-        return schema
-    distinct = min_citations
-    while distinct > 2 and comb(len(ids) - 1, distinct - 1) > DISTINCT_BRANCHES_MAX:
-        distinct -= 1
-    branches = []
-    for firsts in combinations(range(len(ids) - 1), distinct - 1):
-        prefix: list[dict[str, Any]] = [{"const": ids[i]} for i in firsts]
-        prefix.append(enum(ids[firsts[-1] + 1 :]))
-        branches.append({**schema, "prefixItems": prefix})
-    return branches[0] if len(branches) == 1 else {"anyOf": branches}
-
-
-class MalformedAnswer(ValueError):
-    """An answer that arrived but cannot be used (wrong schema, unparseable). Counted and retried."""
-
 
 LLM_INSTALL = install_hint("llm")
 
@@ -197,15 +70,6 @@ def _prepare_litellm() -> None:
     require_llm()
     # Without this litellm downloads its model cost map on import.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-def mask_secrets(text: str, env_names: Iterable[str | None] = ()) -> str:
-    """`text` with the values of the named environment variables and `sk-...` keys replaced by ***."""
-    for name in env_names:
-        value = os.environ.get(name) if name else None
-        if value and len(value) >= 4:  # a 1-3 character "key" would mask ordinary words
-            text = text.replace(value, "***")
-    return _KEY_PATTERN.sub("***", text)
 
 
 def api_key(spec: LLMSpec) -> str | None:
@@ -252,131 +116,6 @@ def build_lm(spec: LLMSpec) -> dspy.LM:
         ) from None
 
 
-def prompt_file(path: str | None, default_name: str) -> Path:
-    """`path` (relative to the working directory) if given, else `judges/<default_name>` of pats."""
-    found = Path(path) if path else PROMPTS_DIR / default_name
-    if not found.is_file():
-        hint = (
-            "fix the path in the spec"
-            if path
-            else "set the spec's rubric path, or reinstall pats from its source tree"
-        )
-        raise PrerequisiteError(f"prompt file {found} not found; {hint}")
-    return found
-
-
-def read_prompt_file(path: Path, model: type[M]) -> M:
-    """A YAML prompt or rubric file validated into `model`; every problem reported at once."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
-    try:
-        return model.model_validate(data if data is not None else {})
-    except ValidationError as exc:
-        issues = [SpecIssue(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
-        raise SpecError(issues, file=str(path)) from None
-
-
-# -- rendering records for prompts (shared by the LLM judge and reviser) ------------------------------
-
-
-def render_cards(cards: Sequence[EvidenceCard], names: Sequence[str] | None = None) -> str:
-    """The cards as a prompt shows them, each headed by its id, or by its name in `names` (the
-    reviser's short aliases C1..Cn) when given."""
-    if not cards:
-        return "(no cards)"
-    heads = list(names) if names is not None else [c.id for c in cards]
-    blocks = []
-    for head, card in zip(heads, cards, strict=True):
-        tag = ", privileged: built from the expert plan" if card.privileged else ""
-        blocks.append(f"[{head}] {card.type} card, task {card.task_id}{tag}\n{card.text.strip()}")
-    return "\n\n".join(blocks)
-
-
-def render_entries(entries: Sequence[ScaffoldEntry]) -> str:
-    if not entries:
-        return "(no entries)"
-    return "\n".join(f"[{e.id}] {e.kind}, scope {e.scope}: {e.text.strip()}" for e in entries)
-
-
-def render_assessment(assessment: Assessment) -> str:
-    utility = "not measured" if assessment.utility is None else f"{assessment.utility:+.2f}"
-    withdrawn = [f"{s.scope} ({s.success:.2f})" for s in assessment.scopes if s.withdraw]
-    return (
-        f"review mode {assessment.mode.value}; success moving average {assessment.ema_success:.2f}; "
-        f"scaffold budget pressure {assessment.pressure:.2f}; utility (success with the scaffold minus "
-        f"without) {utility}"
-        + ("" if assessment.removal_open else "; warm-up: delete nothing unless over budget")
-        + (
-            f"; solved, so withdraw their entries and add none there: {', '.join(withdrawn)}"
-            if withdrawn
-            else ""
-        )
-    )
-
-
-# -- faults --------------------------------------------------------------------------------------------
-
-
-def fault_kind(exc: BaseException) -> str | None:
-    """The fault kind of an exception raised while asking an LLM, or None if it is not an LLM fault.
-
-    DSPy maps both of its engines' errors (native and LiteLLM) onto its own LM error classes; anything
-    outside them (a TypeError in a program, say) is a bug and is not swallowed.
-    """
-    from dspy.utils import exceptions as dx
-
-    if isinstance(exc, (MalformedAnswer, dx.AdapterParseError, dx.LMStreamAssemblyError)):
-        return "malformed"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, dx.LMTimeoutError)):
-        return "timeout"
-    if isinstance(exc, dx.LMRateLimitError):
-        return "rate_limit"
-    if isinstance(exc, dx.LMTransportError):
-        # The native engine reports a read timeout as a transport error.
-        return "timeout" if "timed out" in str(exc).lower() else "connection"
-    if isinstance(exc, dx.LMProviderError):
-        status = getattr(exc, "status", None)
-        if status == 200:  # a 200 whose body is not a completion
-            return "malformed"
-        if isinstance(exc, dx.LMServerError) or (isinstance(status, int) and status >= 500):
-            return "server_error"
-        return "other"
-    if isinstance(exc, dx.LMError):
-        return "other"
-    return None
-
-
-def retryable(exc: BaseException) -> bool:
-    """False for faults that another attempt cannot fix: bad key, no quota, invalid request, bad config."""
-    from dspy.utils import exceptions as dx
-
-    fatal = (
-        dx.LMAuthError,
-        dx.LMBillingError,
-        dx.LMInvalidRequestError,
-        dx.LMConfigurationError,
-        dx.LMUnsupportedFeatureError,
-    )
-    return not isinstance(exc, fatal)
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """The server's Retry-After in seconds, where the error carries one."""
-    value = getattr(exc, "retry_after", None)
-    if value is None:
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        value = headers.get("retry-after") if hasattr(headers, "get") else None
-    try:
-        seconds = float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-    return seconds if seconds is not None and seconds >= 0 else None
-
-
 def _tokens(usage: dict[str, dict[str, Any]] | None) -> tuple[int, int]:
     """(prompt, completion) tokens in DSPy's usage by LM (0 where the server or the response cache
     reported none)."""
@@ -407,31 +146,12 @@ def usd_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | 
 # -- structured output probe -------------------------------------------------------------------------
 
 
-def _endpoint(llm: LLMSpec) -> tuple[str, str | None, str | None]:
-    return (llm.model, llm.api_base, llm.api_key_env)
-
-
-def structured_decision(llm: LLMSpec) -> bool | None:
-    """Structured output for `llm`'s endpoint as probed in this process (None: not probed)."""
-    return _STRUCTURED.get(_endpoint(llm))
-
-
 def _ask_probe(probe: Probe, max_tokens: int) -> Any:
     import dspy
 
     return dspy.settings.lm(
         probe.prompt, max_tokens=max_tokens, response_format=response_format(probe.name, probe.schema)
     )
-
-
-def keeps_schema(text: str, schema: dict[str, Any]) -> bool:
-    """Whether `text` is JSON that `schema` accepts."""
-    import jsonschema
-
-    try:
-        return jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
-    except json.JSONDecodeError:
-        return False
 
 
 async def probe_structured(caller: LLMCaller, path: str = "") -> bool:
@@ -457,7 +177,7 @@ async def probe_structured(caller: LLMCaller, path: str = "") -> bool:
             if supported
             else f"the probe's answer did not keep to {probe.name}'s JSON schema: {text[:80]!r}"
         )
-    _STRUCTURED[_endpoint(llm)] = supported
+    remember_structured(llm, supported)
     where = f"{path}: " if path else ""
     where += llm.model + (f" at {llm.api_base}" if llm.api_base else "")
     state = "on" if supported else "off (free-form fields)"
