@@ -3,6 +3,10 @@ compile-reviser, reviser (bench, record), sweep and compare.
 
 Errors from the pats error tree print without a traceback and exit with their code
 (2 for a bad spec, 3 for a missing prerequisite); anything else is a bug and keeps its traceback.
+
+Length (over 450 lines, on purpose): the argument parser of every command in one place, so that
+`pats --help` and each command's help are written side by side; commands with more than a few lines
+of their own live in modules beside it (compile_reviser.py, sweep.py).
 """
 
 from __future__ import annotations

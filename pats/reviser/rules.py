@@ -33,6 +33,10 @@ Where it departs from (or fixes what is open in) the published method:
 - Failures of kind `env_error` are the environment's, not the policy's, and make no mistake entry.
 - `feedback` is ignored: the rules reviser is correct by construction (it is what the LLM reviser
   falls back to).
+
+Length (over 450 lines, on purpose): the rules reviser's whole decision (what to add, what to
+remove, in which mode) in one reading order; how actions are abstracted into patterns is in
+abstract.py.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Files a spec reads (`FILE_KEYS`) are read relative to the spec file that names t
 are, or to the working directory when an override names them, and the loaded spec holds them as
 absolute paths: a run directory's spec.yaml, `--resume` and `pats export` find the same file from any
 directory. (Outputs such as `logging.root` stay relative to where `pats run` is started.)
+
+Length (over 450 lines, on purpose): one pipeline, in the order it runs (files, merge,
+interpolation, overrides, paths, validation); its steps share the origin map that gives every problem
+its file and line. The untrusted-input limits are apart, in untrusted.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 A YAML file is loaded by `pats.spec.loader`, validated once into these frozen models, and nothing
 downstream reads YAML or falls back to defaults of its own. Cross-field rules live in
 `ExperimentSpec._check_combinations` and report every contradiction at once.
+
+Length (over 450 lines, on purpose): every section of the spec in one file. It is the one
+source of defaults, schemas/experiment.schema.json is generated from it, and docs/specs.md walks it
+section by section; each model is short. The environment sections, which plugins extend, are in
+environments.py, the episode's token budget in budget.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Two ways to act, picked by `policy.action`:
   system prefix's keys/values from a `PrefixStore`, computed once per rollout like `choose_batch`.
 Training (`update`) lives in training.py. The reference policy for the KL term is the same model with
 its LoRA adapter disabled, or a frozen copy under full fine-tuning (kept only when kl_coef > 0).
+
+Length (over 450 lines, on purpose): one class whose acting paths (score and generate, one
+episode or a batch) share the model, the tokenizer, the prefix caches and the bf16 weight copies;
+training is in training.py and the scoring arithmetic in scoring.py.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ How a candidate's token log-probs become its score is `policy.score_normalizatio
   actions, and without gradients their scores are kept in the `PrefixStore` for the rollout's later
   turns (they depend only on the weights and the set). With gradients (the update) they are
   recomputed and differentiated too: the trained distribution is the one actions are drawn from.
+
+Length (over 450 lines, on purpose): the packed pass, its attention mask, the prefix store and
+the scoring rules must agree token for token (tests/test_scoring_rules.py, test_rollout_batching.py),
+so they stay in one file.
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ verl's, transformers' or torch's source), "assumed" (an allowance).
 
 from __future__ import annotations
 
+
+Length (over 450 lines, on purpose): one estimate, term by term, each term saying where verl
+0.9.1 allocates it; the terms are read together to check that the plan adds them up as verl does.
 import json
 from dataclasses import dataclass
 from pathlib import Path
