@@ -1,9 +1,11 @@
 """The verl memory plan (pats.backends.verl.plan, `pats plan`): its terms against numbers computed by
 hand, the parameter count against transformers' own models, the refusal of a spec that does not fit,
-every shipped verl spec fitting one 80 GB and one 141 GB GPU, and the spec fields as verl keys."""
+every shipped verl spec fitting one 80 GB and one 141 GB GPU, the peaks the shipped specs' comments and
+docs/verl.md quote being the plan's, and the spec fields as verl keys."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -342,3 +344,43 @@ def test_the_kv_cache_against_every_rollout_of_a_step_at_full_length():
     assert "2.3x over, so vLLM preempts" in kv.render()
     eight = plan_verl(load_spec(ALFWORLD), QWEN_1_5B).kv
     assert eight is not None and eight.servers == 8 and eight.render().endswith(": fits")
+
+
+# What a shipped spec's memory comment and docs/verl.md's table quote: "8 x 80 GB: 56.8 GB (rollout)".
+QUOTED_PEAK = re.compile(r"(\d+) x (\d+) GB: (\d+\.\d) GB \(([a-z -]+)\)")
+SHAPES = [(1, 80), (1, 141), (8, 80), (8, 141)]  # GPUs x GB each
+
+
+def planned(path: str, gpus: int, gpu_gb: int):
+    overrides = [f"trainer.gpus_per_node={gpus}", f"trainer.gpu_memory_gb={gpu_gb}"]
+    return plan_verl(load_spec(REPO / path, overrides))
+
+
+@pytest.mark.parametrize("path", VERL_SPECS)
+def test_each_shipped_specs_memory_comment_is_what_pats_plan_prints(path):
+    text = (REPO / path).read_text(encoding="utf-8")
+    quoted = {(int(n), int(gb)): f"{peak} GB ({stage})" for n, gb, peak, stage in QUOTED_PEAK.findall(text)}
+    assert sorted(quoted) == SHAPES, f"{path}: its memory comment quotes the peak at {SHAPES}"
+    for (gpus, gpu_gb), said in quoted.items():
+        plan = planned(path, gpus, gpu_gb)
+        assert said == f"{plan.peak.gb:.1f} GB ({plan.peak.name})", (
+            f"{path} says {said} at {gpus} x {gpu_gb} GB: write what `pats plan {path} "
+            f"trainer.gpus_per_node={gpus} trainer.gpu_memory_gb={gpu_gb}` prints"
+        )
+    for checkpoint in re.findall(r"(\d+\.\d) GB per checkpoint", text):
+        assert checkpoint == f"{planned(path, 1, 80).checkpoint_gb:.1f}", path
+
+
+def test_the_docs_table_of_the_shipped_specs_is_what_pats_plan_prints():
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in (REPO / "docs" / "verl.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| experiments/")
+    ]
+    assert sorted(row[0].split(" ")[0] for row in rows) == VERL_SPECS
+    for row in rows:
+        path = row[0].split(" ")[0]
+        peaks = [f"{planned(path, gpus, gb).peak.gb:.1f} GB" for gpus, gb in SHAPES]
+        plan = planned(path, 1, 80)
+        disk = f"{plan.disk_gb:.1f} GB"
+        assert row[2:] == [*peaks, disk], f"docs/verl.md's row of {path}: write what `pats plan` prints"

@@ -35,18 +35,22 @@ workers/engine/fsdp/transformer_impl.py, workers/engine_workers.py, utils/torch_
   every rollout of a step at full length on each server; more than it holds and vLLM preempts;
 - on disk each checkpoint holds the fp32 model (all parameters) and Adam's states of the trained ones,
   times `checkpoints_kept` (verl's max_actor_ckpt_to_keep).
-Nothing of it has been measured on a GPU. Each term says where it comes from (`Term.source`):
-"measured" (on a CPU: the states, activations without checkpointing and chunked logits against the
-local backend in bench/memory_plan.py), "gpu" (the SDPA terms, on an H200), "code" (read from
-verl's, transformers' or torch's source), "assumed" (an allowance).
+On a GPU only the three SDPA terms were measured, with torch and transformers alone (no verl run):
+one H200, torch 2.11+cu130, bench/sdpa_memory.py at 8,192 and 28,672 tokens, ratio 1.00 each (the
+bytes are in docs/verl.md, Memory plan, and commit bff84c0; that run's JSON output was not kept:
+`python3 bench/sdpa_memory.py --out bench/results/sdpa_memory.json` on a GPU writes one). Every other
+term is an estimate. Each term says where it comes from (`Term.source`): "measured" (on a CPU: the
+states, activations without checkpointing and chunked logits against the local backend in
+bench/memory_plan.py), "gpu" (the SDPA terms, on that H200), "code" (read from verl's, transformers'
+or torch's source), "assumed" (an allowance).
 `trainer.overrides` are not read: the plan names any that touch a key it depends on.
+
+Length (over 450 lines, on purpose): one estimate, term by term, each term saying where verl
+0.9.1 allocates it; the terms are read together to check that the plan adds them up as verl does.
 """
 
 from __future__ import annotations
 
-
-Length (over 450 lines, on purpose): one estimate, term by term, each term saying where verl
-0.9.1 allocates it; the terms are read together to check that the plan adds them up as verl does.
 import json
 from dataclasses import dataclass
 from pathlib import Path
