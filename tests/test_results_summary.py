@@ -1,17 +1,20 @@
-"""The summary tables that open README.md and docs/results.md say what the committed result files hold.
+"""The summary table that opens docs/results.md says what the committed result files hold.
 
-Each row names its evidence in its last column as a link, `[data](PATH "KIND ARGS")`: PATH is a
+Each row names its evidence in its last column as links, `[data](PATH "KIND ARGS")`: PATH is a
 committed file or folder under bench/results/, and the link's title says how to read it (KIND, one of
-the readers below). For each row the test reads PATH, recomputes the numbers (the intervals with
-pats.stats, as `pats compare` and the benchmarks do), and checks that
-- every number in the row's question, setting and result columns is one the file gives (its protocol, counts,
-  rates, differences and intervals);
-- the result column shows the headline numbers the reader names (e.g. a difference and its interval);
-- the verdict column starts with the verdict the numbers give under the stated criterion (bold), and
-  any number in it is that criterion's;
-- the journal link's anchor is a heading of docs/results.md (or docs/llm.md).
+the readers below). The row's first data link is its latest answer; the ones after it are the earlier
+or companion runs the row folds in (issue 50: one row per question). For each row the test reads
+every PATH, recomputes the numbers (the intervals with pats.stats, as `pats compare` and the
+benchmarks do), and checks that
+- every number in the row's question, setting and result columns is one its files give (their
+  protocol, counts, rates, differences and intervals);
+- the result column shows the headline numbers the first data link's reader names (e.g. a difference
+  and its interval);
+- the verdict column starts with the verdict the first data link's numbers give under the stated
+  criterion (bold), and any number in it is a criterion's or a result's;
+- the row's first link, its journal entry (under docs/journal/, or docs/llm.md), exists, and so does
+  the heading its anchor names (tests/test_doc_links.py checks every other link of docs/).
 A row whose verdict is **running** has no numbers yet: it is checked for that, and skipped otherwise.
-The two tables must say the same thing (their links differ only by the folder they are relative to).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ sys.path.insert(0, str(REPO / "bench"))
 from demonstration import outcomes as demo_outcomes  # noqa: E402
 from pilot import by_seed  # noqa: E402
 from stage0 import PASS, verdict  # noqa: E402
+from test_doc_links import slugs  # noqa: E402
 
 from pats.stats import Interval, paired_bootstrap, seed_game_difference, seed_game_rate  # noqa: E402
 
-DOCS = {"README.md": REPO / "README.md", "docs/results.md": REPO / "docs" / "results.md"}
+RESULTS = REPO / "docs" / "results.md"
 COLUMNS = ["question", "setting", "result [95% interval]", "verdict", "details"]
 NUMBER = re.compile(r"(?<![\w.])[+-]?\d+(?:\.\d+)?(?:/\d+)?")
 LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)(?:\s+\"([^\"]*)\")?\)")
@@ -150,6 +154,9 @@ def read_demonstration(path: Path, args: list[str]) -> Reading:
         r.interval(seed_game_rate(y).interval, signed=False)
         for _, v in d.per_seed:
             r.signed(v)
+        # seeds of X whose scaffold had no entry left after its first step (removal emptied it)
+        first = [c["train"][0]["scaffold/entries"] for c in cells if c["condition"] == a]
+        r.ints(sum(n == 0 for n in first))
         verdicts.add(_difference_verdict(d.interval, 0.05))
     p = cells[0]["protocol"]
     r.ints(len({c["seed"] for c in cells}), p["pool"], p["steps"], p["samples"], p["heldout"] * len(keys))
@@ -335,18 +342,24 @@ READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
 
 @functools.cache
 def read(kind: str, path: Path, args: tuple[str, ...]) -> Reading:
-    """READERS[kind], once per row's data (both tables name the same)."""
+    """READERS[kind], once per data link (rows may name the same)."""
     return READERS[kind](path, list(args))
+
+
+@dataclass(frozen=True)
+class Data:
+    """One data link of a row: the result file or folder and how to read it."""
+
+    path: Path
+    kind: str
+    args: tuple[str, ...]
 
 
 @dataclass
 class Row:
-    doc: str
     cells: list[str]
-    data: Path
-    kind: str
-    args: list[str]
-    journal: tuple[Path, str]  # the linked file and anchor
+    data: list[Data]  # the latest answer first, then the runs the row folds in
+    journal: tuple[Path, str]  # the row's first link: its journal entry and anchor ("" for the top)
 
     @property
     def verdict(self) -> str:
@@ -354,9 +367,9 @@ class Row:
         return m.group(1) if m else ""
 
 
-def summary_rows(doc: str) -> list[Row]:
+def summary_rows(path: Path = RESULTS) -> list[Row]:
     """The rows of the first table under the doc's "Summary" heading."""
-    path = DOCS[doc]
+    doc = path.name
     lines = path.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if re.match(r"#+ Summary\b", line))
     table = []
@@ -371,15 +384,18 @@ def summary_rows(doc: str) -> list[Row]:
     for line in table[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         assert len(cells) == len(COLUMNS), f"{doc}: {line}"
-        links = {text: (target, title) for text, target, title in LINK.findall(cells[4])}
-        assert "data" in links and "journal" in links, (
-            f"{doc}: a row names its data and journal links: {line}"
+        links = LINK.findall(cells[4])
+        data = [
+            Data((path.parent / target).resolve(), title.split()[0], tuple(title.split()[1:]))
+            for _, target, title in links
+            if title
+        ]
+        assert data and links[0][0] == "journal" and not links[0][2], (
+            f"{doc}: a row's details open with its journal link, then its data links: {line}"
         )
-        target, title = links["data"]
-        kind, *args = title.split()
-        doc_file, _, anchor = links["journal"][0].partition("#")
+        doc_file, _, anchor = links[0][1].partition("#")
         journal = (path.parent / doc_file).resolve() if doc_file else path
-        rows.append(Row(doc, cells, (path.parent / target).resolve(), kind, args, (journal, anchor)))
+        rows.append(Row(cells, data, (journal, anchor)))
     return rows
 
 
@@ -387,61 +403,46 @@ def numbers(text: str) -> list[str]:
     return NUMBER.findall(text)
 
 
-def slugs(path: Path) -> set[str]:
-    """GitHub's anchors for the headings of a markdown file."""
-    seen: dict[str, int] = {}
-    out = set()
-    for line in path.read_text().splitlines():
-        if m := re.match(r"#{1,6} (.*)", line):
-            slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
-            n = seen.get(slug, 0)
-            seen[slug] = n + 1
-            out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
-
-
 def check_row(row: Row) -> None:
     question, setting, result, verdict_cell, _ = row.cells
-    where = f"{row.doc}, row {question!r}"
-    assert row.kind in READERS, f"{where}: no reader {row.kind!r} (one of {sorted(READERS)})"
+    where = f"docs/results.md, row {question!r}"
+    for d in row.data:
+        assert d.kind in READERS, f"{where}: no reader {d.kind!r} (one of {sorted(READERS)})"
+        assert d.path.is_relative_to(REPO / "bench" / "results"), f"{where}: {d.path} is not a result file"
     journal, anchor = row.journal
-    assert anchor in slugs(journal), f"{where}: no heading #{anchor} in {journal.name}"
-    assert row.data.is_relative_to(REPO / "bench" / "results"), f"{where}: {row.data} is not a result file"
+    assert journal.is_file(), f"{where}: its journal link names {journal}, which does not exist"
+    assert not anchor or anchor in slugs(journal), f"{where}: no heading #{anchor} in {journal.name}"
     if row.verdict == "running":
         assert not numbers(result), f"{where}: a running row has no numbers yet: {result}"
         return
-    assert row.data.exists(), f"{where}: {row.data} does not exist"
-    reading = read(row.kind, row.data, tuple(row.args))
+    for d in row.data:
+        assert d.path.exists(), f"{where}: {d.path} does not exist"
+    latest, *folded = (read(d.kind, d.path, d.args) for d in row.data)
+    given = latest.numbers.union(*(r.numbers for r in folded))
+    names = ", ".join(sorted({d.path.name for d in row.data}))
     for col, text in (("question", question), ("setting", setting), ("result", result)):
-        extra = [n for n in numbers(text) if n not in reading.numbers]
-        assert not extra, f"{where}: {col} has {extra}, which {row.data.name} does not give"
-    missing = [n for n in reading.must if n not in numbers(result)]
-    assert not missing, f"{where}: the result must show {missing} ({row.data.name})"
-    if reading.verdict is not None:
-        assert row.verdict == reading.verdict, (
-            f"{where}: verdict **{row.verdict}**, the numbers say {reading.verdict}"
+        extra = [n for n in numbers(text) if n not in given]
+        assert not extra, f"{where}: {col} has {extra}, which {names} does not give"
+    missing = [n for n in latest.must if n not in numbers(result)]
+    assert not missing, f"{where}: the result must show {missing} ({row.data[0].path.name})"
+    if latest.verdict is not None:
+        assert row.verdict == latest.verdict, (
+            f"{where}: verdict **{row.verdict}**, the numbers say {latest.verdict}"
         )
-    extra = [n for n in numbers(verdict_cell) if n not in reading.numbers | reading.criterion]
+    criteria = latest.criterion.union(*(r.criterion for r in folded))
+    extra = [n for n in numbers(verdict_cell) if n not in given | criteria]
     assert not extra, f"{where}: the verdict quotes {extra}, neither a result nor the criterion"
 
 
-@pytest.mark.parametrize("doc", list(DOCS))
-def test_every_summary_row_says_what_its_result_file_holds(doc):
-    rows = summary_rows(doc)
-    assert len(rows) >= 10
+def test_every_summary_row_says_what_its_result_files_hold():
+    rows = summary_rows()
+    assert 10 <= len(rows) <= 12, f"the summary has {len(rows)} rows: one per question, at most ~12"
     for row in rows:
         check_row(row)
 
 
-def test_the_readme_and_results_tables_agree():
-    readme, results = (summary_rows(d) for d in DOCS)
-    assert [r.cells[:4] for r in readme] == [r.cells[:4] for r in results]
-    assert [(r.data, r.kind, r.args) for r in readme] == [(r.data, r.kind, r.args) for r in results]
-    assert [r.journal[1] for r in readme] == [r.journal[1] for r in results]
-
-
-def test_every_stage0_folder_and_pilot_campaign_has_a_row():
-    listed = {r.data for r in summary_rows("docs/results.md")}
+def test_every_stage0_folder_and_pilot_campaign_is_in_a_row():
+    listed = {d.path for r in summary_rows() for d in r.data}
     folders = [p for p in (REPO / "bench" / "results").glob("stage0*") if any(p.glob("*.json"))]
     folders += [p for p in (REPO / "bench" / "results" / "pilot").iterdir() if any(p.glob("*.json"))]
     assert folders
@@ -452,24 +453,24 @@ def test_every_stage0_folder_and_pilot_campaign_has_a_row():
 def test_the_data_each_row_names_is_committed():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    for row in summary_rows("docs/results.md"):
+    for row in summary_rows():
         if row.verdict == "running":
             continue
-        rel = row.data.relative_to(REPO)
-        tracked = subprocess.run(
-            ["git", "ls-files", "--", str(rel)], cwd=REPO, capture_output=True, text=True
-        )
-        assert tracked.stdout.strip(), f"{rel} is not committed"
+        for d in row.data:
+            rel = d.path.relative_to(REPO)
+            tracked = subprocess.run(
+                ["git", "ls-files", "--", str(rel)], cwd=REPO, capture_output=True, text=True
+            )
+            assert tracked.stdout.strip(), f"{rel} is not committed"
 
 
 def test_a_wrong_number_is_caught():
     """The check can fail: the transfer pilot's row with the interval first reported (nested, which
-    the crossed design replaces), and with a verdict its numbers do not give."""
-    row = next(
-        r for r in summary_rows("docs/results.md") if r.kind == "pilot-heldout" and "128-159" in r.cells[1]
-    )
+    the crossed design replaces), with a verdict its numbers do not give, without its latest answer's
+    headline, and with a folded run's numbers but not its file."""
+    row = next(r for r in summary_rows() if r.data[0].kind == "pilot-heldout" and "128-159" in r.cells[1])
     check_row(row)
-    wrong = Row(row.doc, list(row.cells), row.data, row.kind, row.args, row.journal)
+    wrong = Row(list(row.cells), list(row.data), row.journal)
     wrong.cells[2] = row.cells[2].replace("[-0.008, +0.250]", "[+0.020, +0.219]")
     assert wrong.cells[2] != row.cells[2]
     with pytest.raises(AssertionError, match="does not give"):
@@ -477,3 +478,19 @@ def test_a_wrong_number_is_caught():
     wrong.cells[2], wrong.cells[3] = row.cells[2], "**pass**: target +0.05"
     with pytest.raises(AssertionError, match="the numbers say not resolved"):
         check_row(wrong)
+    wrong.cells[3] = row.cells[3]
+    wrong.cells[2] = row.cells[2].replace("+0.055 [-0.086, +0.203]", "+0.055")
+    with pytest.raises(AssertionError, match="must show"):
+        check_row(wrong)
+    wrong.cells[2], wrong.data = row.cells[2], [row.data[0]]  # the first seeds' file left out
+    with pytest.raises(AssertionError, match="does not give"):
+        check_row(wrong)
+
+
+def test_a_folded_run_never_sets_the_verdict():
+    """The verdict is the latest answer's: the transfer row read with its recurring-pool run first
+    must show that run's headline, not the row's."""
+    row = next(r for r in summary_rows() if r.data[0].kind == "pilot-heldout" and "128-159" in r.cells[1])
+    swapped = Row(list(row.cells), [row.data[-1], *row.data[:-1]], row.journal)
+    with pytest.raises(AssertionError, match="must show"):
+        check_row(swapped)
