@@ -107,3 +107,40 @@ def test_eval_first_task_past_the_listed_tasks_is_refused_with_the_size_to_write
         repo / "experiments/quickstart.yaml", ["eval.first_task=160", "environment.num_eval_tasks=192"]
     )
     assert spec.eval_tasks() == slice(160, 192)  # num_tasks unset: the rest of the listed tasks
+
+
+def test_eval_first_task_plays_the_games_asked_for_where_the_environment_lists_only_num_eval_tasks(
+    repo, tmp_path, monkeypatch
+):
+    """TextWorldExpress lists exactly environment.num_eval_tasks games: `pats eval` past them grows the
+    listing to first_task + tasks, so the games asked for are played, not fewer or others."""
+    from pats.engine import evaluate
+    from pats.engine.run import run_spec
+    from pats.testing.sweep import scripted_trainers
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=1", "eval.first_task=2", "eval.num_tasks=2", "environment.num_eval_tasks=4",
+         "eval.gap_tasks=0", "logging.wandb=disabled", "logging.progress=false", f"logging.root={tmp_path}"],
+    )  # fmt: skip
+    run_dir = run_spec(spec, scripted_trainers())
+    listed: list[int] = []
+
+    def exact(s):
+        listed.append(s.environment.num_eval_tasks)
+        return lambda: FakeEnv(num_tasks=s.environment.num_eval_tasks)
+
+    monkeypatch.setattr(evaluate, "make_env_factory", exact)
+    monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
+
+    def played(**kwargs) -> list[str]:
+        evaluate.evaluate_run(run_dir, say=lambda line: None, **kwargs)
+        record = evaluate.EvalOutcomes.model_validate_json(
+            evaluate.outcomes_path(run_dir, "eval").read_text()
+        )
+        return sorted(record.outcomes)
+
+    assert played() == ["fake:eval:1002", "fake:eval:1003"] and listed == [4]
+    assert played(num_tasks=4) == [f"fake:eval:{1000 + i}" for i in range(2, 6)] and listed[-1] == 6
+    assert played(first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
+    assert listed[-1] == 8
