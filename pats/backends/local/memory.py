@@ -1,6 +1,6 @@
 """Keep the local backend's resident memory near what its tensors need (glibc malloc, Linux).
 
-Measured at one thread (docs/results.md, "Peak memory (issue 25)"): the quickstart's resident memory
+Measured at one thread (docs/journal/2026-12-01-peak-memory.md): the quickstart's resident memory
 reached 4.3 GiB, and in `bench/learning.py` each condition started from the last one's, mostly for
 two reasons of glibc's malloc, not of pats' tensors:
 - arenas: each thread that allocates gets an arena of its own (up to 8 per core), and memory freed
@@ -30,7 +30,7 @@ import os
 import sys
 
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc malloc.h)
-# Entries of torch's and oneDNN's caches of matmul kernels (measured: docs/results.md, issue 25).
+# Entries of torch's and oneDNN's caches of matmul kernels (measured: docs/journal/2026-12-01-peak-memory.md).
 KERNEL_CACHES = {"LRU_CACHE_CAPACITY": "16", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"}
 
 

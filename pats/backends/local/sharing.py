@@ -32,13 +32,13 @@ if TYPE_CHECKING:
 # Suffix tokens per pass with gradients. Measured on 16 decisions of 318-token prompts (155 shared),
 # SmolLM2-135M fp32, 1 thread: 512 tokens (2 decisions) per pass peaks 1.8 GB above the model, like the
 # whole-prompt path (2.0 GB); 2048 peaks 4.6 GB and is no faster on a CPU. 256 took the quickstart's
-# peak from 2.33 to 1.92 GiB at no cost in time (issue 25, docs/results.md), but packs other rows into
+# peak from 2.33 to 1.92 GiB at no cost in time (issue 25, docs/journal/2026-12-01-peak-memory.md), but packs other rows into
 # a pass, so bf16 rounds differently and a run's numbers change in their last digits: kept at 512.
 PASS_TOKENS = 512
 
 # The prefix's pass with gradients keeps no activations through its group's passes but recomputes
 # them in `SharedPrefix.backward` (the same gradient). Measured on the quickstart's step-2 batch
-# (docs/results.md, "Peak memory (issue 25)"): that held 136-150 MiB (~0.6 MiB a prefix token) under
+# (docs/journal/2026-12-01-peak-memory.md): that held 136-150 MiB (~0.6 MiB a prefix token) under
 # every pass of the group, for one more prefix pass per group (+3% FLOP, no measurable time:
 # bench/update.py's prefix/prefix-keep). False: keep them (the reference).
 RECOMPUTE_PREFIX = True
