@@ -4,7 +4,7 @@ same episodes, builds the same cards, makes the same edits and ends at the same 
 rounding) as the older paths given the same seed.
 
 bf16 autocast (`trainer.autocast_bf16`, on by default where the CPU has native bf16) is a separate
-choice: its rounding can move a sampled choice on either path (docs/results.md).
+choice: its rounding can move a sampled choice on either path (docs/journal/2026-12-01-speed.md).
 """
 
 from __future__ import annotations

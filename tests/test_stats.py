@@ -123,7 +123,7 @@ def spread(rng_seed: int, seeds: int, n: int) -> dict[int, dict[str, list[float]
 
 
 def test_the_intervals_recompute_to_the_same_digits():
-    # Pinned: the 2000 draws of RNG seed 0 and the 2.5%/97.5% percentiles (docs/results.md's tables).
+    # Pinned: the 2000 draws of RNG seed 0 and the 2.5%/97.5% percentiles (the tables of docs/journal/).
     a, b = spread(1, 3, 12), spread(2, 3, 12)
     h = stats.hierarchical_difference(a, b).interval
     assert (h.estimate, h.lo, h.hi) == pytest.approx((-0.0871944444, -0.1945555556, 0.0261111111), abs=1e-9)
