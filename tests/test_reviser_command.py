@@ -127,6 +127,10 @@ def test_an_unreachable_server_is_refused_with_the_flag_to_fix(capsys):
         (["--rules", "--compare", "rules"], "--compare rules: that is the reviser already named"),
         (["--rules", "--compare", "p.json"], "a program is compiled for a model; name it with --model"),
         (
+            ["--model", "openai/m", "--compare", "uncompiled"],
+            "--compare uncompiled: --model without its --program",
+        ),
+        (
             ["--rules", "--bundles", "no-such-folder"],
             "--bundles no-such-folder: not a folder of reviser bundles",
         ),

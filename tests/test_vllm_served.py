@@ -17,8 +17,10 @@ model as `smollm2-135m-instruct`) skips the start, for development on a shared m
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +189,49 @@ def test_the_shipped_compiled_reviser_spec_writes_an_edit_that_enters_the_scaffo
     assert read_events(events, StepEndEvent)[-1].metrics["review/llm_calls"] >= 1
     by_llm = sorted({e.step for e in edits} - {f.step for f in fallbacks})
     assert by_llm, f"no LLM edit entered the scaffold: edits {edits}, fallbacks {fallbacks}"
+
+
+# One bundle of each environment, each a review the rules reviser writes edits on.
+BENCH_BUNDLES = ("twx-s1-twc", "alfworld-s1-pick_and_place_simple", "search_qa-s1-popqa")
+
+
+def test_the_reviser_benchmark_behind_vllm_compiled_beside_uncompiled(
+    vllm, tmp_path, capsys, repo, monkeypatch
+):
+    """`pats reviser bench --model hosted_vllm/... --api-base URL --program P --compare uncompiled` on
+    three shipped held-out bundles (one per environment): the check before the first bundle finds
+    structured output on; both revisers' rows are written with the fields of the committed results
+    (bench/results/reviser/), every answer parses, tokens are counted prompt and completion apart, and
+    what does not depend on the model (the rules reviser's kinds of edit, the scaffold's tokens before)
+    is what the committed rows of those bundles say. The model's text is never asserted on."""
+    import pats.lm.probe
+
+    monkeypatch.setattr(pats.lm.probe, "_STRUCTURED", {})  # probed afresh, as a new process would
+    code = main(
+        ["reviser", "bench", "--model", vllm.model, "--api-base", vllm.base_url, "--program", str(repo / PROGRAM),
+         "--compare", "uncompiled", "--max-tokens", str(MAX_TOKENS), "--timeout", str(TIMEOUT_S),
+         "--only", *BENCH_BUNDLES, "--out", str(tmp_path)]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    print(captured.out)
+    assert code == 0, captured.err
+    assert "structured output on" in captured.err
+    committed = json.loads(
+        (repo / "bench/results/reviser/vllm-embedded-select-structured_on-compiled.json").read_text()
+    )
+    by_bundle = {r["bundle"]: r for r in committed["rows"]}
+    label = vllm.model.replace("/", "_")
+    for name in (Path(PROGRAM).stem, label):
+        written = json.loads((tmp_path / f"{name}.json").read_text())
+        assert written["complete"] and written["llm"]["structured"] == "on", name
+        assert set(written["summary"]) == set(committed["summary"])
+        rows = written["rows"]
+        assert [r["bundle"] for r in rows] == list(BENCH_BUNDLES)
+        for row in rows:
+            assert set(row) == set(committed["rows"][0]), name
+            assert row["parsed"], f"{name} {row['bundle']}: {row['error']}"
+            assert row["calls"] >= 1 and row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+            assert row["llm_tokens"] == row["prompt_tokens"] + row["completion_tokens"]
+            same = {k: by_bundle[row["bundle"]][k] for k in ("rules_ops", "tokens_before")}
+            assert {k: row[k] for k in same} == same, row["bundle"]
+    assert f"| B: {label}" in captured.out and "USD unknown" in captured.out

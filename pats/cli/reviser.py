@@ -27,7 +27,7 @@ examples:
   pats reviser bench --model openai/gpt-4o-mini                        # OPENAI_API_KEY set
   pats reviser bench --model hosted_vllm/M --api-base http://HOST:8000/v1 --program programs/reviser-M.json
   pats reviser bench --model openai/gpt-4o-mini --compare anthropic/claude-3-5-haiku-latest
-  pats reviser bench --model hosted_vllm/M --api-base URL --program P.json --compare hosted_vllm/M  # uncompiled
+  pats reviser bench --model hosted_vllm/M --api-base URL --program P.json --compare uncompiled
   pats reviser bench --model hosted_vllm/M --api-base URL --compare rules --out bench-results/"""
 
 RECORD_EXAMPLES = """examples:
@@ -60,9 +60,10 @@ def add_reviser_parser(sub) -> None:
     bench.add_argument("--api-key-env", help="NAME of the variable holding the key (default: the provider's)")
     bench.add_argument(
         "--compare",
-        metavar="rules|PROGRAM.json|MODEL",
-        help="a second reviser on the same bundles, side by side: the rules reviser, a compiled program "
-        "for --model (same endpoint), or another model string (uncompiled; --compare-api-base)",
+        metavar="rules|uncompiled|PROGRAM.json|MODEL",
+        help="a second reviser on the same bundles, side by side: the rules reviser, --model without its "
+        "--program, another compiled program for --model, or another model string (uncompiled; its "
+        "endpoint is --compare-api-base)",
     )
     bench.add_argument("--compare-api-base", help="endpoint of the --compare model (default: none)")
     bench.add_argument("--structured", choices=["auto", "on", "off"], default="auto",
@@ -142,7 +143,8 @@ def _llm(model: str, api_base: str | None, args: argparse.Namespace):
 
 
 def _label(model: str, program: str | None) -> str:
-    return model.replace("/", "_") + (f"-{Path(program).stem}" if program else "")
+    """A result's name: the program's file name, else the model string's (programs are per model)."""
+    return Path(program).stem if program else model.replace("/", "_")
 
 
 def contenders(args: argparse.Namespace) -> list:
@@ -164,6 +166,12 @@ def contenders(args: argparse.Namespace) -> list:
         return [first]
     if args.compare == "rules":
         second = Contender(label="rules")
+    elif args.compare == "uncompiled":
+        if first.llm is None or not first.program:
+            raise SpecError(
+                "--compare uncompiled: --model without its --program; give both --model and --program"
+            )
+        second = Contender(label=_label(first.llm.model, None), llm=first.llm)
     elif args.compare.endswith(".json"):
         if first.llm is None:
             raise SpecError(
