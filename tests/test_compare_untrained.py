@@ -129,7 +129,7 @@ def test_curves_show_each_seed_faint_the_mean_bold_and_whole_steps(tmp_path, rep
 
 
 def test_a_start_is_the_policy_games_episodes_and_backend_not_the_scaffold_or_training(repo):
-    from pats.compare.untrained import differing, start_of
+    from pats.compare.start import differing, start_of
     from pats.spec import load_spec
 
     def start(*overrides: str):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
-from pats.compare.untrained import Start, start_of
+from pats.compare.start import Start, start_of
 from pats.errors import PrerequisiteError
 
 Outcomes = dict[str, tuple[float, ...]]  # game id -> its episodes' successes
