@@ -31,13 +31,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))  # the checkout, for bench.*
 
-from demonstration import outcomes as demo_outcomes  # noqa: E402
-from pilot import by_seed  # noqa: E402
-from stage0 import PASS, verdict  # noqa: E402
 from test_doc_links import slugs  # noqa: E402
 
+from bench.studies.demonstration import outcomes as demo_outcomes  # noqa: E402
+from bench.studies.pilot import by_seed  # noqa: E402
+from bench.studies.stage0 import PASS, verdict  # noqa: E402
 from pats.stats import Interval, paired_bootstrap, seed_game_difference, seed_game_rate  # noqa: E402
 
 RESULTS = REPO / "docs" / "results.md"
@@ -90,7 +90,7 @@ def _difference_verdict(d: Interval, target: float) -> str:
 
 
 def read_pilot_heldout(path: Path, args: list[str]) -> Reading:
-    """bench/pilot.py's held-out test: the trained cells ARGS[0]-s<seed> against untrained-s<seed> on
+    """bench/studies/pilot.py's held-out test: the trained cells ARGS[0]-s<seed> against untrained-s<seed> on
     the same dev games and sampling seeds; target +0.05 (issue 34)."""
     r = Reading(criterion={"+0.05", "0"})
     trained = [_load(p) for p in sorted(path.glob(f"{args[0]}-s*.json"))]
@@ -116,7 +116,7 @@ def read_pilot_heldout(path: Path, args: list[str]) -> Reading:
 
 
 def read_pilot_pool(path: Path, args: list[str]) -> Reading:
-    """bench/pilot.py's endpoint: pool success after the last step minus before the first, mean over
+    """bench/studies/pilot.py's endpoint: pool success after the last step minus before the first, mean over
     the seeds of the cells ARGS[0]-s<seed>; target +0.30."""
     r = Reading(criterion={"+0.30"})
     cells = [_load(p) for p in sorted(path.glob(f"{args[0]}-s*.json"))]
@@ -138,7 +138,7 @@ def read_pilot_pool(path: Path, args: list[str]) -> Reading:
 
 
 def read_demonstration(path: Path, args: list[str]) -> Reading:
-    """bench/demonstration.py's cells: ARGS[0] lists `X-Y` differences (comma-separated), ARGS[1] the
+    """bench/studies/demonstration.py's cells: ARGS[0] lists `X-Y` differences (comma-separated), ARGS[1] the
     held-out records pooled (`heldout`, `heldout_fresh`, joined by +); the stated target, X - none >=
     +0.05 with an interval excluding 0."""
     r = Reading(criterion={"+0.05", "0"})
@@ -165,7 +165,7 @@ def read_demonstration(path: Path, args: list[str]) -> Reading:
 
 
 def read_sensitivity(path: Path, args: list[str]) -> Reading:
-    """bench/sensitivity.py's cells of setting ARGS[0] for the guidance kinds ARGS[1:] (the first
+    """bench/studies/sensitivity.py's cells of setting ARGS[0] for the guidance kinds ARGS[1:] (the first
     is the one judged): its lift over none (the row's headline) and over the unrelated control text of
     the same length (the verdict: shown when that interval excludes 0), paired bootstrap over games."""
     r = Reading(criterion={"0"})
@@ -189,7 +189,7 @@ def read_sensitivity(path: Path, args: list[str]) -> Reading:
 
 
 def read_stage0(path: Path, args: list[str]) -> Reading:
-    """A bench/stage0.py folder (one pick, or the first grid): every cell's wins, rates and likelihood
+    """A bench/studies/stage0.py folder (one pick, or the first grid): every cell's wins, rates and likelihood
     gaps, expert - control where both ran; the row shows the best expert cell. Verdict: stage0.py's
     own (a pass of any combination passes the folder)."""
     r = Reading(criterion={f"{v:.2f}" for v in PASS.values()} | {f"{v}" for v in PASS.values()})
@@ -243,7 +243,7 @@ def read_warm_start(path: Path, args: list[str]) -> Reading:
 
 
 def read_learning(path: Path, args: list[str]) -> Reading:
-    """bench/learning.py's result file: held-out wins per condition and the informative-group ratio
+    """bench/studies/learning.py's result file: held-out wins per condition and the informative-group ratio
     pats/none (target >= 1.5; and held-out pats - none >= +0.10 where a held-out test ran)."""
     r = Reading(criterion={"1.5", "+0.10"})
     res = _load(path)
@@ -264,7 +264,7 @@ def read_learning(path: Path, args: list[str]) -> Reading:
 
 
 def read_tokens(path: Path, args: list[str]) -> Reading:
-    """bench/tokens.py's result file: prompt tokens per rollout, pats over grow (target <= 0.6)."""
+    """bench/perf/tokens.py's result file: prompt tokens per rollout, pats over grow (target <= 0.6)."""
     r = Reading(criterion={"0.6"})
     res = _load(path)
     for v in res["ratios"].values():
@@ -325,6 +325,31 @@ def read_sense(path: Path, args: list[str]) -> Reading:
     return r
 
 
+def read_sweep(path: Path, args: list[str]) -> Reading:
+    """A sweep folder read as `pats compare` reads it: ARGS[0] the baseline, ARGS[1] the conditions
+    whose difference to it is the endpoint (comma-separated); the stated pass, each difference >= +0.05
+    with its interval excluding 0 (docs/journal/2026-12-05-stage1.md). Every row's rate and the
+    differences are numbers the row may quote."""
+    from pats.compare.runs import read_run, run_dirs
+    from pats.compare.table import compare
+
+    r = Reading(criterion={"+0.05", "0"})
+    table = compare([read_run(d) for d in run_dirs([path])], [args[0]])
+    for row in table.rows:
+        if row.heldout is not None:
+            r.interval(row.heldout, signed=False)
+        r.ints(len(row.seeds), row.episodes, *(n for _, n in row.games))
+    verdicts = set()
+    for d in table.differences:
+        if d.condition in args[1].split(","):
+            r.must += r.interval(d.difference.interval, signed=True)
+            for _, v in d.difference.per_seed:
+                r.signed(v)
+            verdicts.add(_difference_verdict(d.difference.interval, 0.05))
+    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed"
+    return r
+
+
 READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
     "pilot-heldout": read_pilot_heldout,
     "pilot-pool": read_pilot_pool,
@@ -337,6 +362,7 @@ READERS: dict[str, Callable[[Path, list[str]], Reading]] = {
     "reviser": read_reviser,
     "reviser-programs": read_reviser_programs,
     "sense": read_sense,
+    "sweep": read_sweep,
 }
 
 
