@@ -1,4 +1,4 @@
-"""Shared pieces of the learning, tokens and overhead benchmarks.
+"""What bench/perf and bench/studies share: the one module of helpers beside them.
 
 - the conditions: spec files + dotted overrides, run through `pats run`'s entry points (its checks,
   then pats' own `train()`) in one run directory each; a finished run is skipped, an interrupted one
@@ -9,7 +9,7 @@
 - the cost model used to print an estimate before anything runs;
 - `--set KEY=VALUE` spec overrides, shared by the benchmarks that take them: the flag, the name they
   give a result folder, and applying them to a spec the script built (pats' own loader validates them).
-Statistics live in bench/stats.py.
+Statistics come from pats.stats (what `pats compare` uses), the reviser benchmark from pats.reviser.
 """
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ def check_edits(
     count_tokens: TokenCounter,
 ) -> list[str]:
     """The review's check of one task type's edit set under the run's scaffold settings (empty: it is
-    accepted); bench/reviser_score.py scores reviser answers with it."""
+    accepted); pats/reviser/score.py scores reviser answers with it."""
     return validate_edits(
         edits,
         assessment.mode,

@@ -1,5 +1,5 @@
 """Intervals that count seeds and games: `pats compare`'s and the benchmarks' statistics, one place for
-each rule (bench/stats.py re-exports them).
+each rule (bench/ imports them from here).
 
 Outcomes are 0/1 episode results grouped the way they were drawn: a run (seed) plays games (tasks),
 each game a few episodes. Episodes of one game are not independent draws, and neither are the games

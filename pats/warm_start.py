@@ -99,7 +99,7 @@ def cloning_spec(spec: ExperimentSpec) -> ExperimentSpec:
 
 
 def plan_view(task: Task, plan: Sequence[str], count_tokens, view_tokens: int) -> ScaffoldView:
-    """The task's own expert plan as a task-scoped scaffold view (bench/sensitivity.py's `expert`)."""
+    """The task's own expert plan as a task-scoped scaffold view (bench/studies/sensitivity.py's `expert`)."""
     from pats.reviser.rules import key_actions
     from pats.scaffold.render import render_view
 

@@ -1,22 +1,22 @@
 """The benchmarks' pure parts: the cost model and tables rebuilt from run directories (synthetic
-events.jsonl files; no model); their statistics are tested in tests/test_bench_stats.py. bench/ is not
-a package: its scripts import each other by their folder, as `python bench/learning.py` does."""
+events.jsonl files; no model); their statistics (pats.stats) are tested in tests/test_stats.py. bench/
+is a package of the checkout: `bench.common`, `bench.perf.*`, `bench.studies.*`."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for bench.*
 
-import common  # noqa: E402
-import learning  # noqa: E402
-import overhead  # noqa: E402
-import tokens  # noqa: E402
+from bench import common  # noqa: E402
+from bench.perf import overhead, tokens  # noqa: E402
+from bench.studies import learning  # noqa: E402
 
 
 def test_cost_estimate_by_hand():
@@ -155,7 +155,7 @@ def test_overhead_ratios():
 
 
 def test_a_demonstration_campaign_refuses_cells_of_another_protocol(tmp_path):
-    import demonstration
+    from bench.studies import demonstration
 
     args = argparse.Namespace(
         setting="twc1", campaign="twc1", steps=8, pool=8, heldout_offset=0, conditions=["none"], seeds=[0], report_only=False,
@@ -176,7 +176,7 @@ def _cell(condition: str, seed: int, train: list[dict], wins: list[float]) -> di
 
 
 def test_a_demonstration_table_names_cells_that_trained_identically():
-    import demonstration
+    from bench.studies import demonstration
 
     steps = [{"step": 0, "scaffold/tokens": 50.0, "train/success": 0.5}]
     other = [{"step": 0, "scaffold/tokens": 60.0, "train/success": 0.5}]
@@ -210,7 +210,7 @@ def _pilot_cell(lr, seed, final, top=8):
 
 
 def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
-    import pilot
+    from bench.studies import pilot
 
     cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.70), (3e-4, 0.69), (1e-4, 0.40)) for s in (0, 1)]
     assert pilot.chosen_lr(cells, 8, [0, 1]) == 3e-4, "within 0.02 of the best: the lower lr"
@@ -231,7 +231,7 @@ def test_the_pilot_chooses_the_lr_by_final_pool_success_ties_to_the_lower():
 
 
 def test_the_pilot_choice_is_made_once_the_missing_cells_cannot_change_it():
-    import pilot
+    from bench.studies import pilot
 
     # 1e-3 at 0.875 on both seeds, 3e-4 at 0.78 on seed 0: 3e-4 at seed 1 decides it (>= 0.93 wins),
     # while 1e-4 at 0.59 on seed 0 cannot reach 0.855 whatever its seed 1 gives.
@@ -248,7 +248,7 @@ def test_the_pilot_choice_is_made_once_the_missing_cells_cannot_change_it():
 
 
 def test_the_pilot_choice_counts_exactly_0_02_apart_as_a_tie():
-    import pilot
+    from bench.studies import pilot
 
     # 0.52 - 0.02 == 0.5 exactly in floating point: the bounds of the rule, "within 0.02", inclusive.
     cells = [_pilot_cell(lr, s, f) for lr, f in ((1e-3, 0.52), (3e-4, 0.5), (1e-4, 0.1)) for s in (0, 1)]
@@ -259,7 +259,7 @@ def test_the_pilot_choice_counts_exactly_0_02_apart_as_a_tie():
 
 
 def test_the_pilot_figure_plots_each_cells_own_curves():
-    import pilot
+    from bench.studies import pilot
 
     a, b = _pilot_cell(1e-3, 0, 0.7), _pilot_cell(3e-4, 1, 0.5)
     for c in (a, b):
@@ -279,7 +279,7 @@ def test_the_pilot_figure_plots_each_cells_own_curves():
 
 
 def test_stage0_report_of_some_settings_keeps_the_rows_of_the_others(tmp_path):
-    import stage0
+    from bench.studies import stage0
 
     other = stage0.cell_id("twc1-t5", 1.0, None, "none")
     (tmp_path / f"{other}.json").write_text(json.dumps({"success": 0.25, "successes": 32, "episodes": 128,
@@ -293,7 +293,7 @@ def test_stage0_report_of_some_settings_keeps_the_rows_of_the_others(tmp_path):
 
 
 def test_stage0_verdict_applies_every_criterion(tmp_path):
-    import stage0
+    from bench.studies import stage0
 
     def cell(wins, gap=None):
         per_task = {f"g{i}": [1.0 if i < wins else 0.0] * 2 for i in range(8)}
@@ -333,7 +333,7 @@ def test_stage0_verdict_applies_every_criterion(tmp_path):
 
 def test_stage0_on_other_probe_games_has_its_own_folder_and_refuses_mixed_games(tmp_path, capsys):
     """Cells on other games than 500-515 go to a folder named after them, and a folder never mixes games."""
-    import stage0
+    from bench.studies import stage0
 
     warm, sets = (
         "twc_reading_from_cookingworld",
@@ -360,7 +360,7 @@ def test_stage0_on_other_probe_games_has_its_own_folder_and_refuses_mixed_games(
 
 
 def test_stage0_guidance_plays_the_chosen_cells_in_order_and_judges_without_family(tmp_path, monkeypatch):
-    import stage0
+    from bench.studies import stage0
 
     played = []
 
@@ -389,8 +389,9 @@ def test_stage0_guidance_plays_the_chosen_cells_in_order_and_judges_without_fami
 
 
 def test_stage0_from_a_warm_start_plays_its_adapter_with_its_lora(tmp_path):
-    import stage0
     import yaml
+
+    from bench.studies import stage0
 
     lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"], "top_layers": 4}
     (tmp_path / "adapter").mkdir()
@@ -405,7 +406,7 @@ def test_stage0_from_a_warm_start_plays_its_adapter_with_its_lora(tmp_path):
 
 
 def test_learning_report_only_refuses_without_run_dirs_and_keeps_the_committed_table(tmp_path, capsys):
-    import learning
+    from bench.studies import learning
 
     results = tmp_path / "results"
     results.mkdir()
@@ -442,9 +443,8 @@ def test_a_bench_run_start_refuses_a_bad_spec_as_pats_run_does(tmp_path):
 def test_bench_probes_check_the_spec_files_before_playing(tmp_path):
     """The probes that play without training (stage0/sensitivity's Probe, the untrained held-out
     cells) make `pats run`'s file and device checks: a warm start without its adapter stops there."""
-    import stage0
-    from sensitivity import Probe
-
+    from bench.studies import stage0
+    from bench.studies.sensitivity import Probe
     from pats.errors import SpecError
 
     lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"], "top_layers": 4}
@@ -463,8 +463,7 @@ def test_bench_probes_check_the_spec_files_before_playing(tmp_path):
 def test_the_untrained_cells_play_the_base_spec_at_the_cell_seed(monkeypatch):
     """pilot's and demonstration's untrained cells: the base spec's untrained policy with the cell's
     seed, on the campaign's held-out games, kept as a heldout_record in the cell's own cache."""
-    import demonstration
-    import pilot
+    from bench.studies import demonstration, pilot
 
     played = []
 
@@ -491,7 +490,7 @@ def test_the_untrained_cells_play_the_base_spec_at_the_cell_seed(monkeypatch):
 
 
 def test_the_action_flags_map_to_spec_overrides():
-    """bench/rollout.py and bench/update.py share --action/--new-tokens and what they override."""
+    """bench/perf/rollout.py and bench/perf/update.py share --action/--new-tokens and what they override."""
     parser = argparse.ArgumentParser()
     common.add_action_flags(parser)
     assert common.action_overrides(parser.parse_args([])) == []
@@ -516,8 +515,9 @@ def test_set_flag_takes_several_overrides_per_flag_and_names_them_by_key_and_val
 
 
 def test_stage0_set_overrides_reach_every_probe_spec_and_keep_the_grid(tmp_path):
-    import stage0
     import yaml
+
+    from bench.studies import stage0
 
     sets = (QWEN, "trainer.lr=1e-5", "trainer.device=cuda", "policy.dtype=bfloat16")
     spec = stage0.variant_spec("twc1-t5", 0.5, "system", threads=1, overrides=sets)
@@ -547,7 +547,7 @@ def test_stage0_set_overrides_reach_every_probe_spec_and_keep_the_grid(tmp_path)
 
 
 def test_pilot_set_overrides_reach_the_base_spec_and_keep_the_flags():
-    import pilot
+    from bench.studies import pilot
 
     args = argparse.Namespace(pool=8, eval_tasks=4, steps=32, tasks_per_step=4, group=8, eval_every=8,
                               samples=4, pool_eval=True, gap_tasks=None,
@@ -569,7 +569,7 @@ def test_pilot_set_overrides_reach_the_base_spec_and_keep_the_flags():
 def test_the_transfer_pilot_draws_from_a_large_pool_without_playing_it():
     """--pool 1000 --no-pool-eval --gap-tasks 8: the engine never plays the whole pool, the expert NLL
     comes from 8 games, and the table and figure fall back to training and dev success."""
-    import pilot
+    from bench.studies import pilot
 
     args = argparse.Namespace(pool=1000, eval_tasks=4, steps=32, tasks_per_step=4, group=8, eval_every=8,
                               samples=4, pool_eval=False, gap_tasks=8, set=[])  # fmt: skip
@@ -592,12 +592,12 @@ def test_the_transfer_pilot_draws_from_a_large_pool_without_playing_it():
 
 @pytest.mark.parametrize("script", ["stage0", "pilot"])
 def test_a_bad_set_override_is_refused_with_pats_message_before_anything_loads(script, capsys):
-    module = __import__(script)
+    module = importlib.import_module(f"bench.studies.{script}")
     with pytest.raises(SystemExit) as stop:
         module.main(["--set", "policy.modle=Qwen/Qwen2.5-1.5B-Instruct", "--check"])
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert f"bench/{script}.py --set" in err
+    assert f"bench/studies/{script}.py --set" in err
     assert "policy.modle: unknown key 'modle'; did you mean 'model'?" in err
     # a key the script sets from its grid or a flag is refused with the flag to use
     owned = {
@@ -613,8 +613,7 @@ def test_a_bad_set_override_is_refused_with_pats_message_before_anything_loads(s
 
 def test_without_set_the_cells_go_where_the_committed_ones_are_and_still_fit(capsys):
     """Default paths are today's, and the committed 135M cells (written before --set) pass the checks."""
-    import pilot
-    import stage0
+    from bench.studies import pilot, stage0
 
     assert stage0.cells_folder(None, []) == common.RESULTS / "stage0" == stage0.CELLS
     assert stage0.cells_folder("twc_from_cookingworld", []) == common.RESULTS / "stage0-twc_from_cookingworld"
@@ -636,8 +635,7 @@ def test_without_set_the_cells_go_where_the_committed_ones_are_and_still_fit(cap
 
 
 def test_cells_of_other_overrides_are_refused(tmp_path):
-    import pilot
-    import stage0
+    from bench.studies import pilot, stage0
 
     (tmp_path / "twc-T1.0-none.json").write_text(json.dumps({"success": 0.0}))  # made before --set
     stage0.check_overrides(tmp_path, [])
@@ -669,7 +667,7 @@ def test_cells_of_other_overrides_are_refused(tmp_path):
 
 
 def test_the_ceiling_probe_picks_by_its_stated_rule_and_its_committed_picks_follow_from_its_pairs():
-    import ceiling
+    from bench.studies import ceiling
 
     def rec(view, rule, t, gap, lo, over):
         return {
@@ -706,7 +704,7 @@ def test_the_ceiling_probe_picks_by_its_stated_rule_and_its_committed_picks_foll
 
 
 def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, monkeypatch):
-    import stage0
+    from bench.studies import stage0
 
     played = []
 
@@ -727,8 +725,7 @@ def test_stage0_plays_only_the_temperatures_and_placements_asked_for(tmp_path, m
 
 
 def test_the_pilot_keeps_a_cells_final_adapter_once(tmp_path, monkeypatch, capsys, repo):
-    import pilot
-
+    from bench.studies import pilot
     from pats.engine.run import Checkpoint
     from pats.spec import load_spec, spec_to_yaml
 

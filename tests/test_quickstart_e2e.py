@@ -199,8 +199,8 @@ def test_the_benchmarks_held_out_test_is_pats_eval_kept_per_task(run, repo, tmp_
     episodes as `pats eval` on the same tasks, in the cell files' per-task format."""
     from pats.engine.evaluate import evaluate_run
 
-    sys.path.insert(0, str(repo / "bench"))
-    import common
+    sys.path.insert(0, str(repo))  # the checkout, for bench.*
+    from bench import common
 
     run_dir, _ = run
     metrics = evaluate_run(run_dir, split="eval", num_tasks=2)

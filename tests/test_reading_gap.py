@@ -1,4 +1,4 @@
-"""bench/reading_gap.py on the tiny random model: the line's likelihood gap per game on twc and on
+"""bench/studies/reading_gap.py on the tiny random model: the line's likelihood gap per game on twc and on
 cookingworld games the warm start did not clone, a file per (adapter, game set) that a rerun keeps, an
 adapter's numbers (a fresh LoRA adapter changes nothing), the differences' table, and the refusals."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for bench.*
 
-import reading_gap  # noqa: E402
+from bench.studies import reading_gap  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +103,7 @@ def test_a_named_target_is_another_admissible_untaken_action_that_only_the_line_
     import asyncio
     from types import SimpleNamespace
 
-    from sensitivity import Probe
-
+    from bench.studies.sensitivity import Probe
     from pats.backends.local.reliance import expert_pairs
     from pats.episode import Episode
     from pats.warm_start import necessary_targets

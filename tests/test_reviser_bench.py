@@ -1,6 +1,9 @@
-"""The reviser benchmark (bench/reviser.py): its committed bundles load into the reviser's records,
-and one bundle scored against a scripted OpenAI-compatible server counts parsed answers, valid edits
-and citations as the review's validator sees them. No model is loaded: tokens are counted by words."""
+"""The reviser benchmark: the shipped bundles load into the reviser's records; one bundle scored against a
+scripted OpenAI-compatible server counts parsed answers, valid edits and citations as the review's
+validator sees them (pats.reviser.score, pats.reviser.bench); the benchmark's own checks (oracle row,
+perturbations: bench/studies/reviser_checks.py); and the committed results and docs table agree. The
+command's own tests are in tests/test_reviser_command.py. No model is loaded: tokens are counted by
+words."""
 
 from __future__ import annotations
 
@@ -10,18 +13,20 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from pats.lm.caller import usd_cost
+from pats.reviser.bench import Contender, reviser_for, summarize
+from pats.reviser.bundles import SHIPPED, ReviserBundle, load
+from pats.reviser.score import BundleScore, score
+from pats.scaffold.problems import named_edits, rule_of
+from pats.spec.models import LLMSpec
+from pats.testing import ScriptedOpenAIServer
+from pats.types import EvidenceCard, ScaffoldEntry
 
-from reviser import llm_reviser, rules_reviser, summary  # noqa: E402
-from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
-from reviser_score import BundleScore, score  # noqa: E402
-
-from pats.lm.caller import usd_cost  # noqa: E402
-from pats.scaffold.problems import named_edits, rule_of  # noqa: E402
-from pats.testing import ScriptedOpenAIServer  # noqa: E402
-from pats.types import EvidenceCard, ScaffoldEntry  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench.studies.*, as `python bench/studies/x.py` imports them
 
 KEY_ENV = "PATS_TEST_BENCH_KEY"
+RULES = Contender(label="rules")
 
 
 def words(text: str) -> int:
@@ -35,12 +40,14 @@ def key(monkeypatch):
 
 @pytest.fixture(scope="module")
 def bundles() -> list[ReviserBundle]:
-    return load(BUNDLES)
+    return load(SHIPPED)
 
 
-def test_bundles_load_into_the_revisers_records(bundles):
-    assert len(bundles) >= 3
-    assert {b.environment for b in bundles} >= {"alfworld"}
+def test_the_shipped_bundles_load_into_the_revisers_records(bundles):
+    assert (len(load(SHIPPED, split="heldout")), len(load(SHIPPED, split="train"))) == (19, 15), (
+        "docs/llm.md describes 19 held-out and 15 train bundles"
+    )
+    assert {b.environment for b in bundles} == {"alfworld", "search_qa", "twx"}
     for b in bundles:
         assert all(isinstance(c, EvidenceCard) for c in b.cards)
         assert all(isinstance(e, ScaffoldEntry) for e in b.entries)
@@ -50,13 +57,11 @@ def test_bundles_load_into_the_revisers_records(bundles):
 
 
 def test_the_rules_reviser_passes_its_own_validator_on_every_bundle(bundles):
-    rows = [score(b, rules_reviser(b), words) for b in bundles]
+    rows = [score(b, reviser_for(RULES, b, words), words) for b in bundles]
     assert all(r.parsed and r.set_valid and r.citations_valid for r in rows), [r.problems for r in rows]
-    s = summary(rows)
-    assert s["calls"] == 0 and (s["usd"], s["usd_note"]) == (0.0, "no LLM calls"), "the rules cost nothing"
-    assert (s["kinds_as_rules"], s["kinds_as_rules_sets"]) == (1.0, len(rows)), (
-        "the rules agree with themselves"
-    )
+    s = summarize(rows)
+    assert s.calls == 0 and (s.usd, s.usd_note) == (0.0, "no LLM calls"), "the rules cost nothing"
+    assert (s.kinds_as_rules, s.kinds_as_rules_sets) == (1.0, len(rows)), "the rules agree with themselves"
 
 
 def test_rule_names_and_edit_indices_from_the_validators_messages():
@@ -65,6 +70,12 @@ def test_rule_names_and_edit_indices_from_the_validators_messages():
     assert rule_of("edits 0, 2: 3 skill/plan ADDs; REVISE accepts at most 1 ...") == "mode_add_budget"
     assert named_edits("edits 0, 2: 3 skill/plan ADDs") == {0, 2}
     assert named_edits("edit set (COMPRESS): the type's entries go from 9 to 12 tokens") == set()
+
+
+def scripted(server: ScriptedOpenAIServer) -> Contender:
+    llm = LLMSpec(model="openai/scripted", api_base=server.base_url, api_key_env=KEY_ENV, timeout_s=10.0,
+                  max_retries=0, structured="on")  # fmt: skip
+    return Contender(label="scripted", llm=llm)
 
 
 def test_one_bundle_scored_against_a_scripted_server(bundles):
@@ -82,15 +93,17 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
         json.dumps({"edits": [add]}),  # valid
         "I think the scaffold is fine.",  # malformed: not the JSON the schema asks for
         json.dumps({"edits": [add, bad_cite]}),  # the second cites a card that does not exist
+        json.dumps({"edits": [add]}),  # the retry with the problems: accepted
     ]
     with ScriptedOpenAIServer(script, structured=True) as server:
-        llm = {"model": "openai/scripted", "api_base": server.base_url, "api_key_env": KEY_ENV, "timeout_s": 10.0,
-               "max_retries": 0, "structured": "on"}  # fmt: skip
-        good, malformed, invalid = (score(bundle, llm_reviser(bundle, llm), words) for _ in range(3))
+        contender = scripted(server)
+        good, malformed, invalid = (
+            score(bundle, reviser_for(contender, bundle, words), words) for _ in range(3)
+        )
 
     before = sum(words(e.text) for e in bundle.entries)
-    assert good.parsed and good.set_valid and good.citations_valid
-    assert (good.proposed, good.valid_edits, good.calls) == (1, 1, 1)
+    assert good.parsed and good.set_valid and good.citations_valid and good.valid_after_retry
+    assert (good.proposed, good.valid_edits, good.calls, good.answers) == (1, 1, 1, 1)
     assert good.tokens_before == before and good.tokens_after == before + words(add["text"])
     assert good.llm_tokens > 0 and good.seconds > 0
     assert good.prompt_tokens > 0 and good.completion_tokens > 0
@@ -104,41 +117,42 @@ def test_one_bundle_scored_against_a_scripted_server(bundles):
     assert malformed.citations_valid is None and malformed.tokens_after == before
 
     assert invalid.parsed and not invalid.set_valid and invalid.citations_valid is False
-    assert (invalid.proposed, invalid.valid_edits) == (2, 1)
+    assert (invalid.proposed, invalid.valid_edits, invalid.answers, invalid.calls) == (2, 1, 2, 2)
+    assert invalid.valid_after_retry, "the retry wrote an accepted set"
     assert "unknown_card" in invalid.rules
     assert invalid.tokens_after == before + words(add["text"]), "only the valid edit counts"
 
-    s = summary([good, malformed, invalid])
-    assert (s["parsed"], s["sets_valid"], s["edits_proposed"], s["edits_valid"], s["citations_valid"]) == (
+    rows = [good, malformed, invalid]
+    s = summarize(rows)
+    assert (s.parsed, s.sets_valid, s.sets_valid_after_retry, s.edits_proposed, s.edits_valid) == (
         2,
         1,
+        2,
         3,
         2,
-        1,
     )
+    assert s.citations_valid == 1 and "unknown_card" in s.refusing_rules
 
     # USD where LiteLLM's offline cost map knows the model, None with the reason where it does not
-    rows = [good, malformed, invalid]
     prompt, completion = sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows)
-    assert (s["prompt_tokens"], s["completion_tokens"]) == (prompt, completion)
-    priced = summary(rows, "openai/gpt-4o-mini")
-    assert priced["usd"] == usd_cost("openai/gpt-4o-mini", prompt, completion) > 0 and not priced["usd_note"]
-    unknown = summary(rows, "hosted_vllm/smollm2-135m-instruct")
-    assert unknown["usd"] is None and "does not know hosted_vllm/smollm2-135m-instruct" in unknown["usd_note"]
-    assert summary(rows)["usd"] is None, "calls without a model named are not priced"
+    assert (s.prompt_tokens, s.completion_tokens) == (prompt, completion)
+    priced = summarize(rows, "openai/gpt-4o-mini")
+    assert priced.usd == usd_cost("openai/gpt-4o-mini", prompt, completion) > 0 and not priced.usd_note
+    unknown = summarize(rows, "hosted_vllm/smollm2-135m-instruct")
+    assert unknown.usd is None and "does not know hosted_vllm/smollm2-135m-instruct" in unknown.usd_note
+    assert s.usd is None, "calls without a model named are not priced"
 
 
 def test_results_written_before_the_token_split_still_read_and_are_not_priced():
-    results = Path(__file__).resolve().parents[1] / "bench" / "results" / "reviser"
-    old = json.loads((results / "vllm-embedded-uncompiled-structured_on.json").read_text())
+    old = json.loads((REPO / "bench/results/reviser/vllm-embedded-uncompiled-structured_on.json").read_text())
     rows = [BundleScore.model_validate(r) for r in old["rows"]]
     assert any(r.llm_tokens for r in rows) and not any(r.prompt_tokens or r.completion_tokens for r in rows)
-    s = summary(rows, "openai/gpt-4o-mini")
-    assert s["usd"] is None and "apart" in s["usd_note"], "a total cannot be priced as prompt or completion"
+    s = summarize(rows, "openai/gpt-4o-mini")
+    assert s.usd is None and "apart" in s.usd_note, "a total cannot be priced as prompt or completion"
 
 
 def test_the_oracle_answer_passes_schema_parser_and_validator_on_every_bundle(bundles):
-    from reviser_checks import oracle_row
+    from bench.studies.reviser_checks import oracle_row
 
     rows = [oracle_row(b, words) for b in bundles]
     assert all(r["passes"] for r in rows), [
@@ -148,8 +162,7 @@ def test_the_oracle_answer_passes_schema_parser_and_validator_on_every_bundle(bu
 
 
 def test_every_validator_rule_refuses_the_answer_that_breaks_it(bundles):
-    from reviser_checks import PERTURBATIONS, STORE_ONLY, perturbation_rows
-
+    from bench.studies.reviser_checks import PERTURBATIONS, STORE_ONLY, perturbation_rows
     from pats.scaffold.problems import RULES
 
     base = next(b for b in bundles if b.entries)
@@ -165,8 +178,8 @@ def test_the_docs_table_matches_the_committed_results():
     """Each row of docs/llm.md's reviser table that names a result file says what that file holds."""
     import re
 
-    results = Path(__file__).resolve().parents[1] / "bench" / "results" / "reviser"
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "llm.md").read_text()
+    results = REPO / "bench" / "results" / "reviser"
+    doc = (REPO / "docs" / "llm.md").read_text()
     rows = [
         line for line in doc.splitlines() if line.startswith("| ") and re.search(r"\| `[\w.-]+` \|", line)
     ]
@@ -189,12 +202,16 @@ def test_the_docs_table_matches_the_committed_results():
             assert cells[9] == kinds, f"{name}: the table says {cells[9]}, the result {kinds}"
 
 
-def test_a_recount_adds_the_kinds_column_and_keeps_what_was_measured(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "name",
+    ["vllm-embedded-select-structured_on-compiled", "vllm-embedded-uncompiled-heldout19-structured_on"],
+)
+def test_a_recount_gives_the_committed_rows_and_summary_back(name, tmp_path, monkeypatch):
     """`--recount` on a committed result's answers (the kinds column stripped) gives the committed
-    column back, and leaves every measured field as it was."""
-    import reviser
+    column back through the package's score (pats.reviser.score), and leaves every measured field as
+    it was: the package scores a stored answer as bench/reviser.py did when it wrote the file."""
+    from bench.studies import reviser
 
-    name = "vllm-embedded-select-structured_on-compiled"
     committed = json.loads((reviser.OUT / f"{name}.json").read_text())
     stripped = {
         **committed,
@@ -205,7 +222,33 @@ def test_a_recount_adds_the_kinds_column_and_keeps_what_was_measured(tmp_path, m
     }
     (tmp_path / f"{name}.json").write_text(json.dumps(stripped))
     monkeypatch.setattr(reviser, "OUT", tmp_path)
-    again = json.loads(reviser.recount(name, load(BUNDLES)).read_text())
+    again = json.loads(reviser.recount(name, load(SHIPPED)).read_text())
     assert again["rows"] == committed["rows"]
     assert again["summary"] == committed["summary"]
     assert 0 < again["summary"]["kinds_as_rules"] < 1, "the compiled DELETEs are not all the rules' kinds"
+
+
+HELD_OUT_LLM = sorted(
+    p.stem
+    for p in (REPO / "bench/results/reviser").glob("vllm-embedded-*.json")
+    if json.loads(p.read_text())["summary"]["bundles"] == 19
+)
+
+
+@pytest.mark.parametrize("name", HELD_OUT_LLM)
+def test_the_package_scores_each_committed_first_answer_as_its_result_says(name, count_tokens):
+    """Every stored first answer of the committed 19-bundle LLM results, checked again on its shipped
+    bundle by pats.reviser.score with the policy's tokenizer, gives the row's validator fields back
+    (proposed, valid, set accepted, rules, problems, citations, ops, scaffold tokens): the package's
+    score is the one bench/reviser.py wrote them with."""
+    from pats.reviser.score import edit_set_fields
+
+    committed = json.loads((REPO / "bench/results/reviser" / f"{name}.json").read_text())
+    by_name = {b.name: b for b in load(SHIPPED)}
+    rows = [BundleScore.model_validate(r) for r in committed["rows"]]
+    assert len(rows) == 19 and sum(r.parsed for r in rows) >= 18
+    for row in rows:
+        if not row.parsed:
+            continue
+        fields = edit_set_fields(by_name[row.bundle], row.edits, count_tokens)
+        assert {k: getattr(row, k) for k in fields} == fields, row.bundle

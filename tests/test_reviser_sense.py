@@ -1,4 +1,4 @@
-"""The reviser benchmark's sense columns (bench/reviser_sense.py): an accepted edit set applied by the
+"""The reviser benchmark's sense columns (bench/studies/reviser_sense.py): an accepted edit set applied by the
 store to a committed bundle's entries, its tasks replayed with a scripted player before and after on
 paired seeds, the comparison with the rules set, and docs/llm.md's sense table against the committed
 results. No model is loaded: tokens are counted by words."""
@@ -14,11 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for bench.*
 
-from reviser_bundles import BUNDLES, load  # noqa: E402
-from reviser_score import BundleScore  # noqa: E402
-from reviser_sense import (  # noqa: E402
+from bench.studies.reviser_sense import (  # noqa: E402
     Episode,
     Pair,
     bundle_spec,
@@ -32,7 +30,8 @@ from reviser_sense import (  # noqa: E402
     summary,
     versus,
 )
-
+from pats.reviser.bundles import SHIPPED, load  # noqa: E402
+from pats.reviser.score import BundleScore  # noqa: E402
 from pats.types import AddEdit, DeleteEdit, Task, UpdateEdit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +43,7 @@ def words(text: str) -> int:
 
 @pytest.fixture(scope="module")
 def bundle():
-    return load(BUNDLES, ["twx-s1-twc"])[0]  # EXPAND on twc; entries e1 (skill), e2 (a plan), e3 (mistake)
+    return load(SHIPPED, ["twx-s1-twc"])[0]  # EXPAND on twc; entries e1 (skill), e2 (a plan), e3 (mistake)
 
 
 def tasks_of(bundle) -> list[Task]:
@@ -150,7 +149,7 @@ def test_against_the_rules_on_the_same_episodes():
 
 
 def test_a_bundles_run_spec_and_tasks_come_from_its_source():
-    twx, qa = load(BUNDLES, ["twx-s1-twc", "search_qa-s0-popqa"])
+    twx, qa = load(SHIPPED, ["twx-s1-twc", "search_qa-s0-popqa"])
     spec = bundle_spec(twx)
     assert spec.environment.game == "twc" and spec.scaffold == twx.scaffold
     with pytest.warns(Warning):  # the source's trainer.backend=local resets that section (a notice)

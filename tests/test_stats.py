@@ -1,10 +1,9 @@
-"""pats/stats.py (once bench/stats.py, which re-exports it): intervals that count seeds and games,
+"""pats/stats.py (what `pats compare` and bench/ use): intervals that count seeds and games,
 checked on hand-built outcomes; the crossed design against the nested one and the games alone."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import random
 
@@ -161,15 +160,6 @@ def test_auc_of_two_points_and_of_none():
 def test_detectable_difference_clamps_p_to_0_02_and_0_98():
     assert stats.detectable_difference(0.999, 100) == stats.detectable_difference(0.98, 100)
     assert stats.detectable_difference(0.0, 100) == stats.detectable_difference(0.02, 100)
-
-
-def test_bench_stats_is_the_package_module(repo):
-    spec = importlib.util.spec_from_file_location("bench_stats", repo / "bench" / "stats.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    for name in ("hierarchical_difference", "hierarchical_rate", "paired_bootstrap", "wilson", "auc"):
-        assert getattr(bench, name) is getattr(stats, name)  # `from stats import ...` in bench/ keeps working
 
 
 def identical_seeds(seeds: int, n: int, rng_seed: int) -> dict[int, dict[str, list[float]]]:

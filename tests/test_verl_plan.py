@@ -300,7 +300,7 @@ def test_the_sdpa_terms_are_what_a_cpu_measures():
         torch.nn.functional.scaled_dot_product_attention = sdpa
     copy, mask, bias = sdpa_terms(tokens, vocab, fused=False)
     assert masks == [round(mask.gb * 1e9)] == [tokens * tokens]
-    # Measured on an H200 too (bench/sdpa_memory.py), the bias only there.
+    # Measured on an H200 too (bench/perf/sdpa_memory.py), the bias only there.
     assert (mask.source, copy.source, bias.source) == ("gpu", "gpu", "gpu")
 
     assert not torch_functional.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE  # no flash-attn here

@@ -12,8 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pats.errors import SpecError
+
+if TYPE_CHECKING:
+    from pats.reviser.prompt import ReviserSettings
+    from pats.spec.models import LLMSpec
 
 BENCH_EXAMPLES = """Each bundle is one review of a recorded run (its evidence cards, the judge's assessment, the
 entries, the run's scaffold settings), given to the reviser as the review gives it: an LLM answers,
@@ -187,11 +192,43 @@ def contenders(args: argparse.Namespace) -> list:
     return [first, second]
 
 
+# The flags of `pats reviser bench` that set each LLMSpec field `pats.llm_check` names in its advice.
+FLAGS = {
+    "api_key_env": "--api-key-env",
+    "api_base": "--api-base",
+    "model": "--model",
+    "timeout_s": "--timeout",
+    "max_retries": "--max-retries",
+}
+
+
+def preflight(llm: LLMSpec, settings: ReviserSettings, flags: dict[str, str] = FLAGS) -> LLMSpec:
+    """What `pats run` checks before training, done before the first bundle: one short request to the
+    LLM (a refused key, an unknown model or an unreachable server stops here, naming the flag to
+    change: `flags`, field -> flag), then, for `structured: auto`, the probe with the reviser's own
+    schema under `settings`. Returns `llm` with structured output decided (on or off), so that no
+    bundle's row counts the probe."""
+    import asyncio
+
+    from pats.errors import PrerequisiteError
+    from pats.llm_check import _check
+    from pats.lm.probe import structured_decision
+    from pats.reviser.llm import reviser_probe
+
+    problem = asyncio.run(_check("reviser.llm", llm, reviser_probe(settings)))
+    if problem:
+        for field, flag in flags.items():
+            problem = problem.replace(f"reviser.llm.{field}", flag)
+        raise PrerequisiteError(problem.replace("reviser.llm", "the reviser", 1))
+    if llm.structured != "auto":
+        return llm
+    return llm.model_copy(update={"structured": "on" if structured_decision(llm) else "off"})
+
+
 def checked(contender, bundles, compared: bool = False):
     """The contender before anything runs: its program fits every bundle's settings (else a SpecError
     saying which setting differs), its LLM answers and structured output is decided. `compared`: it is
     --compare's, whose model and endpoint other flags set."""
-    from pats.reviser.bench import FLAGS, preflight
     from pats.reviser.llm import load_reviser_prompt
     from pats.reviser.program import load_program
     from pats.reviser.prompt import ReviserSettings

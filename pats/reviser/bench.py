@@ -7,8 +7,8 @@ with an optional compiled program. Each bundle (`pats.reviser.bundles`; the ship
 answer and after the retry, the rules that refused the others, its kinds of edit against the rules
 reviser's, prompt and completion tokens, seconds, and USD by LiteLLM's offline cost map (`usd`: None,
 with the reason, for a model the map does not know, such as any self-hosted one). Before the first
-bundle, `preflight` checks the LLM as `pats run` does and decides `structured: auto` by pats' own
-probe, so that no bundle's row counts it.
+bundle, the command checks the LLM as `pats run` does and decides `structured: auto` by pats' own
+probe (pats.cli.reviser.preflight), so that no bundle's row counts it.
 
 A result (`result`) is what bench/studies/reviser.py has written to bench/results/reviser/ since the
 benchmark began: meta, `summary` (`BenchSummary`) and `rows` (`BundleScore`).
@@ -16,7 +16,6 @@ benchmark began: meta, `summary` (`BenchSummary`) and `rows` (`BundleScore`).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import os
 import platform
@@ -192,34 +191,3 @@ def in_checkout(path: Path, root: Path) -> str:
     """`path` relative to `root` when inside it: a result names no one machine's paths."""
     path = path.resolve()
     return str(path.relative_to(root) if path.is_relative_to(root) else path)
-
-
-# The flags of `pats reviser bench` that set each LLMSpec field `pats.llm_check` names in its advice.
-FLAGS = {
-    "api_key_env": "--api-key-env",
-    "api_base": "--api-base",
-    "model": "--model",
-    "timeout_s": "--timeout",
-    "max_retries": "--max-retries",
-}
-
-
-def preflight(llm: LLMSpec, settings: ReviserSettings, flags: dict[str, str] = FLAGS) -> LLMSpec:
-    """What `pats run` checks before training, done before the first bundle: one short request to the
-    LLM (a refused key, an unknown model or an unreachable server stops here, naming the flag to
-    change: `flags`, field -> flag), then, for `structured: auto`, the probe with the reviser's own
-    schema under `settings`. Returns `llm` with structured output decided (on or off), so that no
-    bundle's row counts the probe."""
-    from pats.errors import PrerequisiteError
-    from pats.llm_check import _check
-    from pats.lm.probe import structured_decision
-    from pats.reviser.llm import reviser_probe
-
-    problem = asyncio.run(_check("reviser.llm", llm, reviser_probe(settings)))
-    if problem:
-        for field, flag in flags.items():
-            problem = problem.replace(f"reviser.llm.{field}", flag)
-        raise PrerequisiteError(problem.replace("reviser.llm", "the reviser", 1))
-    if llm.structured != "auto":
-        return llm
-    return llm.model_copy(update={"structured": "on" if structured_decision(llm) else "off"})

@@ -5,7 +5,7 @@ the first prompt (system: instructions, task, scaffold view; user: the first obs
 `trainer.max_prompt_tokens`, and everything after it fits `trainer.max_response_tokens`: per turn the
 policy's output (up to `policy.max_new_tokens`, plus the one end-of-turn token the loop adds to a turn
 cut at that limit) and, between turns, the next observation (`TURN_TOKENS` of the environment: the
-90th percentile along expert episodes plus the chat markers, bench/turn_tokens.py), with the scaffold
+90th percentile along expert episodes plus the chat markers, bench/perf/turn_tokens.py), with the scaffold
 view again in every turn under `scaffold.placement: turn`. A policy that
 writes its whole allowance every turn must still fit: otherwise the loop ends the episode early
 (truncated) and its reward is lost. No history window applies (verl refuses `history_window`); the
@@ -80,7 +80,7 @@ def budget_issues(
                 f"{b.action_tokens} tokens of the policy's output each (policy.max_new_tokens "
                 f"{b.action_tokens - CLOSE_TOKENS}, plus the token that closes a cut turn) and "
                 f"{b.turns - 1} observations of about {b.observation_tokens} tokens between them "
-                f"(bench/turn_tokens.py{per_turn_view}): {b.response} tokens, more than max_response_tokens "
+                f"(bench/perf/turn_tokens.py{per_turn_view}): {b.response} tokens, more than max_response_tokens "
                 f"{max_response_tokens}, so a policy that writes long outputs is cut mid-episode "
                 f"and loses its reward; {', '.join(fixes[:-1])} or {fixes[-1]}",
             )

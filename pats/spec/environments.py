@@ -50,7 +50,7 @@ class EnvironmentSection(SpecModel):
     TURN_TOKENS: ClassVar[int] = 256
     """Tokens one turn adds to an episode besides the policy's output: the 90th percentile of the
     rendered observation (with the admissible actions, where listed) along expert episodes
-    (bench/turn_tokens.py, SmolLM2's tokenizer as a proxy) plus 16 for the chat template's turn markers.
+    (bench/perf/turn_tokens.py, SmolLM2's tokenizer as a proxy) plus 16 for the chat template's turn markers.
     verl keeps an episode as one growing chat, so its response budget must hold max_turns of these."""
     FREE_TEXT: ClassVar[bool] = False
     """Actions are free text (a query, an answer): the instructions state the answer format, the policy

@@ -363,7 +363,7 @@ class LocalTrainerSpec(_TrainerCommon):
         description="In an update, decisions whose prompts share a prefix (the system prompt: instructions, "
         "scaffold, task) run that prefix once with gradients and their suffixes (score mode: the rest and "
         "the candidates; generate mode: the rest and the response) against its keys/values; false runs "
-        "every decision's whole prompt (the older path, kept for bench/update.py).",
+        "every decision's whole prompt (the older path, kept for bench/perf/update.py).",
     )
 
 

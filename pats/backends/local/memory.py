@@ -1,7 +1,7 @@
 """Keep the local backend's resident memory near what its tensors need (glibc malloc, Linux).
 
 Measured at one thread (docs/journal/2026-12-01-peak-memory.md): the quickstart's resident memory
-reached 4.3 GiB, and in `bench/learning.py` each condition started from the last one's, mostly for
+reached 4.3 GiB, and in `bench/studies/learning.py` each condition started from the last one's, mostly for
 two reasons of glibc's malloc, not of pats' tensors:
 - arenas: each thread that allocates gets an arena of its own (up to 8 per core), and memory freed
   into an arena stays there for that arena's later use. Rollouts allocate on the event loop's

@@ -300,7 +300,7 @@ def batch_logprobs(
     chunk: int,
 ) -> list[tuple[Tensor, Tensor]]:
     """Per decision, its candidates' (token log-probs, mask), each (K_b, L_b) left-aligned: what
-    `score_batch` computes every rule from (bench/ceiling.py computes them all from one pass)."""
+    `score_batch` computes every rule from (bench/studies/ceiling.py computes them all from one pass)."""
     # Identical decisions (a group's episodes all start from the same prompt) are scored once.
     decisions = [
         (tuple(h), tuple(r), tuple(map(tuple, c)))
@@ -364,7 +364,7 @@ def _with_neutral(
 
 def packed_length(rest: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
     """Tokens an episode takes in a row of `score_batch`: the rest of its prompt (after its prefix),
-    then every candidate. With `pack_rows`, what a caller (bench/rollout.py) needs to count the rows
+    then every candidate. With `pack_rows`, what a caller (bench/perf/rollout.py) needs to count the rows
     and padding `score_batch` computes."""
     return len(rest) + sum(len(c) for c in candidates)
 

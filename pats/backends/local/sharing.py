@@ -40,7 +40,7 @@ PASS_TOKENS = 512
 # them in `SharedPrefix.backward` (the same gradient). Measured on the quickstart's step-2 batch
 # (docs/journal/2026-12-01-peak-memory.md): that held 136-150 MiB (~0.6 MiB a prefix token) under
 # every pass of the group, for one more prefix pass per group (+3% FLOP, no measurable time:
-# bench/update.py's prefix/prefix-keep). False: keep them (the reference).
+# bench/perf/update.py's prefix/prefix-keep). False: keep them (the reference).
 RECOMPUTE_PREFIX = True
 
 

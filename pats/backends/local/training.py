@@ -64,7 +64,7 @@ def update_groups(
     grouped by shared prefix. Without prefix sharing, every unit of `_units` alone; with it,
     sequences by `_sequence_groups` and choices by `_prefix_groups`; with `one_per_pass`, every item
     its own pass over its whole prompt, nothing shared: the slow reference the shared passes must
-    equal (tests, bench/update.py). Public so benchmarks and tests count and check the passes."""
+    equal (tests, bench/perf/update.py). Public so benchmarks and tests count and check the passes."""
     if one_per_pass:
         return [Group((), ((it,),)) for it in items]
     if not prefix_sharing:

@@ -26,7 +26,7 @@ workers/engine/fsdp/transformer_impl.py, workers/engine_workers.py, utils/torch_
   more copy of the logits; flash-attn's cross-entropy avoids it), and transformers builds a
   T x T boolean mask for the packed sequences, which torch's CUDA SDPA kernels turn into a bias of the
   query's dtype (2 more bytes per entry). All three were measured on one H200 with torch 2.11+cu130
-  (bench/sdpa_memory.py: ratio 1.00 at 8,192 and 28,672 tokens), the mask and the copy also on a CPU
+  (bench/perf/sdpa_memory.py: ratio 1.00 at 8,192 and 28,672 tokens), the mask and the copy also on a CPU
   (tests/test_verl_plan.py);
 - the reserve, in parts: two CUDA contexts per GPU (the FSDP worker's and the vLLM server's), NCCL's
   buffers, allocator fragmentation and vLLM's CUDA-graph pool (kept while the engine sleeps). Each an
@@ -36,12 +36,12 @@ workers/engine/fsdp/transformer_impl.py, workers/engine_workers.py, utils/torch_
 - on disk each checkpoint holds the fp32 model (all parameters) and Adam's states of the trained ones,
   times `checkpoints_kept` (verl's max_actor_ckpt_to_keep).
 On a GPU only the three SDPA terms were measured, with torch and transformers alone (no verl run):
-one H200, torch 2.11+cu130, bench/sdpa_memory.py at 8,192 and 28,672 tokens, ratio 1.00 each (the
+one H200, torch 2.11+cu130, bench/perf/sdpa_memory.py at 8,192 and 28,672 tokens, ratio 1.00 each (the
 bytes are in docs/verl.md, Memory plan, and commit bff84c0; that run's JSON output was not kept:
-`python3 bench/sdpa_memory.py --out bench/results/sdpa_memory.json` on a GPU writes one). Every other
+`python3 bench/perf/sdpa_memory.py --out bench/results/sdpa_memory.json` on a GPU writes one). Every other
 term is an estimate. Each term says where it comes from (`Term.source`): "measured" (on a CPU: the
 states, activations without checkpointing and chunked logits against the local backend in
-bench/memory_plan.py), "gpu" (the SDPA terms, on that H200), "code" (read from verl's, transformers'
+bench/perf/memory_plan.py), "gpu" (the SDPA terms, on that H200), "code" (read from verl's, transformers'
 or torch's source), "assumed" (an allowance).
 `trainer.overrides` are not read: the plan names any that touch a key it depends on.
 
@@ -245,7 +245,7 @@ def layer_activation_bytes(shape: ModelShape, act_bytes: int, attention_copy: bo
 
 SOURCES = {
     "measured": "checked on a CPU",
-    "gpu": "measured on an H200",  # bench/sdpa_memory.py, torch 2.11+cu130 (what verl[vllm]==0.9.1 pins)
+    "gpu": "measured on an H200",  # bench/perf/sdpa_memory.py, torch 2.11+cu130 (what verl[vllm]==0.9.1 pins)
     "code": "from the code",
     "assumed": "assumed",
 }
@@ -375,13 +375,13 @@ def sdpa_terms(tokens: int, vocab: int, fused: bool) -> tuple[Term, ...]:
             "attention mask (SDPA, packed sequences)",
             tokens * tokens / GB,
             f"{tokens}^2 x 1 B, bool, built by transformers from the restarting position ids",
-            "gpu",  # bench/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): the mask SDPA receives
+            "gpu",  # bench/perf/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): the mask SDPA receives
         ),
         Term(
             "attention mask as the kernel's bias",
             tokens * tokens * 2 / GB,
             f"{tokens}^2 x 2 B: torch's CUDA SDPA turns a bool mask into a bf16 bias",
-            "gpu",  # bench/sdpa_memory.py: the extra peak of SDPA with the mask over is_causal, ratio 1.00
+            "gpu",  # bench/perf/sdpa_memory.py: the extra peak of SDPA with the mask over is_causal, ratio 1.00
         ),
     )
     if fused:
@@ -390,7 +390,7 @@ def sdpa_terms(tokens: int, vocab: int, fused: bool) -> tuple[Term, ...]:
         "logits copy (no flash-attn cross-entropy)",
         tokens * vocab * 2 / GB,
         f"{tokens} x {vocab} x 2 B: verl's logprobs_from_logits_v2 log-softmaxes the packed row whole",
-        "gpu",  # bench/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): its extra peak, ratio 1.00
+        "gpu",  # bench/perf/sdpa_memory.py (and tests/test_verl_plan.py on the CPU): its extra peak, ratio 1.00
     )
     return (copy, *mask)
 

@@ -18,7 +18,7 @@ tokens per second are reported on both paths, and the share of equal turns.
 The machine may be shared with other jobs: compare the ratios, not the seconds. Writes
 bench/results/rollout.json (rollout_generate.json with --action generate).
 
-    python bench/rollout.py [--groups 4 8] [--repeats 2] [--threads N] [--action generate]
+    python bench/perf/rollout.py [--groups 4 8] [--repeats 2] [--threads N] [--action generate]
 """
 
 from __future__ import annotations
@@ -27,13 +27,16 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
-from common import RESULTS, action_overrides, add_action_flags, write_result
-from flops import MODEL_SHAPE, best_seconds, linear_weights, matmul_gflops
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
+
+from bench.common import RESULTS, action_overrides, add_action_flags, write_result
+from bench.perf.flops import MODEL_SHAPE, best_seconds, linear_weights, matmul_gflops
 from pats.backends.local import scoring
 from pats.backends.local.backend import LocalBackend
 from pats.engine.run import check_policy_inputs, make_env_factory
@@ -42,7 +45,7 @@ from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
 
-SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
 
 
 def play(backend: LocalBackend, plans, batching: bool, seed: int) -> tuple[float, int, list, int]:

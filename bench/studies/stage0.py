@@ -1,6 +1,6 @@
 """Stage 0: can guidance reach the untrained policy at all? The go/no-go before any demonstration.
 
-The sensitivity probe (bench/sensitivity.py: no training, the untrained policy, training-fold probe
+The sensitivity probe (bench/studies/sensitivity.py: no training, the untrained policy, training-fold probe
 games 500-515 unless `--probe-offset`/`--tasks` say otherwise, `--samples` sampled episodes each, the
 sampler reseeded per cell so every cell sees the same games and random stream) over the variables
 nobody had tried:
@@ -23,10 +23,10 @@ is given as `--set KEY=VALUE ...` overrides of every probe spec, recorded in eac
 their own folder, named after the overrides (`cells_folder`), never beside the 135M policy's; so do
 cells on other probe games than 500-515 (`-games<first>-<last>`): a folder holds one set of games.
 
-    python bench/stage0.py
-    python bench/stage0.py --report-only
-    python bench/stage0.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
-    python bench/stage0.py --settings twc --temperatures 1.0 --placements turn --probe-offset 600 \
+    python bench/studies/stage0.py
+    python bench/studies/stage0.py --report-only
+    python bench/studies/stage0.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
+    python bench/studies/stage0.py --settings twc --temperatures 1.0 --placements turn --probe-offset 600 \
         --tasks 32 --guidance expert control --complete --threads 1 \
         --warm-start bench/results/warm_start/twc_reading_from_cookingworld \
         --set scaffold.plan_view=next policy.score_normalization=sum
@@ -40,11 +40,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import RESULTS, add_set_flag, fmt, overrides_key, with_overrides  # noqa: E402
-from sensitivity import Probe, setting_spec  # noqa: E402
-from stats import paired_bootstrap  # noqa: E402
+from bench.common import RESULTS, add_set_flag, fmt, overrides_key, with_overrides  # noqa: E402
+from bench.studies.sensitivity import Probe, setting_spec  # noqa: E402
+from pats.stats import paired_bootstrap  # noqa: E402
 
 CELLS = RESULTS / "stage0"
 VARIANTS = {"twc": ("twc", 10), "twc1-t5": ("twc1", 5)}  # name -> (sensitivity setting, max_turns)
@@ -86,7 +86,9 @@ def variant_spec(
     data["policy"]["temperature"] = temperature
     data["scaffold"]["placement"] = placement
     data["trainer"]["threads"] = threads
-    spec = with_overrides(ExperimentSpec.model_validate(data), overrides, OWNED, "bench/stage0.py --set")
+    spec = with_overrides(
+        ExperimentSpec.model_validate(data), overrides, OWNED, "bench/studies/stage0.py --set"
+    )
     if warm is not None:
         data = spec.model_dump(mode="json")
         trained = yaml.safe_load((warm / "spec.yaml").read_text())["policy"]

@@ -1,13 +1,13 @@
-"""The "Next action" line's likelihood gap on games a warm start did not clone, without playing any episode.
+"""Does a warm start's adapter read the "Next action" line, or did it memorise the games it cloned? The
+line's likelihood gap on games the warm start did not clone, without playing any episode.
 
-Issue 42, item 2: does a warm start's adapter read the line, or did it memorise the games it cloned? For
-a `pats warm-start` output folder (`--warm-start DIR`: its adapter and LoRA shape) or the untrained
+Issue 42, item 2. For a `pats warm-start` output folder (`--warm-start DIR`: its adapter and LoRA shape) or the untrained
 policy (no flag), over the expert decisions of a set of training-fold games, it measures the NLL of the
 expert action without the line and with it (the game's own verified plan, shown as "Next action:
 <step>") and their difference, the gap. It is Stage 0's expert-cell quantity with Stage 0's code (the
-probe of bench/sensitivity.py; pats' `action_distributions`, which `LikelihoodGap` reads: softmax
+probe of bench/studies/sensitivity.py; pats' `action_distributions`, which `LikelihoodGap` reads: softmax
 over the admissible actions at the policy temperature, one decision at a time), at the settings of
-Stage 0 pick A (bench/stage0.py `variant_spec`: temperature 1.0, placement turn,
+Stage 0 pick A (bench/studies/stage0.py `variant_spec`: temperature 1.0, placement turn,
 `scaffold.plan_view=next policy.score_normalization=sum`).
 
 The expert's action is also what a policy that knows the game picks without any line, so its gap
@@ -32,9 +32,9 @@ intervals resampling games (pats.stats.paired_bootstrap over the per-decision ga
 the resampled games). A decision past the plan's shown steps (pats.reviser.rules.MAX_PLAN_ACTIONS)
 shows no line, so its expert gap is 0 for every adapter, and it has no named target.
 
-    python bench/reading_gap.py --threads 1
-    python bench/reading_gap.py --threads 1 --warm-start bench/results/warm_start/twc_reading_from_cookingworld
-    python bench/reading_gap.py --report-only
+    python bench/studies/reading_gap.py --threads 1
+    python bench/studies/reading_gap.py --threads 1 --warm-start bench/results/warm_start/twc_reading_from_cookingworld
+    python bench/studies/reading_gap.py --report-only
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import REPO, RESULTS, add_set_flag, fmt, overrides_key  # noqa: E402
-from stage0 import variant_spec  # noqa: E402
-from stats import paired_bootstrap  # noqa: E402
+from bench.common import REPO, RESULTS, add_set_flag, fmt, overrides_key  # noqa: E402
+from bench.studies.stage0 import variant_spec  # noqa: E402
+from pats.stats import paired_bootstrap  # noqa: E402
 
 FOLDER = RESULTS / "reading_gap"
 PICK_A = ("scaffold.plan_view=next", "policy.score_normalization=sum")  # Stage 0 pick A, at 1.0, turn
@@ -102,8 +102,7 @@ def result_path(folder: Path, name: str, games: str, first: int, count: int, ext
 
 def swapped_view(probe, task, plan: list[str], turn: int, target: str):
     """The task's plan view (as Stage 0's expert guidance renders it) with step `turn` swapped for `target`."""
-    from sensitivity import entry
-
+    from bench.studies.sensitivity import entry
     from pats.reviser.rules import key_actions
     from pats.scaffold.render import render_view
 
@@ -119,8 +118,7 @@ async def measure(spec, first: int, count: int) -> dict:
     the line can name another admissible action not yet taken (pats.warm_start.necessary_targets, every
     eligible decision, drawn with the spec's seed), that action's NLL without the line and with a line
     naming it."""
-    from sensitivity import Probe
-
+    from bench.studies.sensitivity import Probe
     from pats.backends.local.reliance import action_distributions, action_nll, expert_pairs
     from pats.episode import Episode
     from pats.scaffold.render import NEXT_LINE

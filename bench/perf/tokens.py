@@ -8,7 +8,7 @@ mean over a step's rollouts of the prompt tokens summed over an episode's turns;
 rollouts (a quarter of each group, without the scaffold) count as what they cost. Because failed
 episodes run all turns, a per-turn figure is printed beside it. Writes bench/results/tokens_<budget>.json.
 
-    python bench/tokens.py --budget small [--report-only]
+    python bench/perf/tokens.py --budget small [--report-only]
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from statistics import fmean
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import BASELINES, REPO, UnitCosts, fmt, read_run, write_result  # noqa: E402
-from learning import BUDGETS, add_common_args, budget_key, estimate, run_all  # noqa: E402
+from bench.common import BASELINES, REPO, UnitCosts, fmt, read_run, write_result  # noqa: E402
+from bench.studies.learning import BUDGETS, add_common_args, budget_key, estimate, run_all  # noqa: E402
 
 MODES = ("none", "static", "grow", "pats")
 TARGET_VS_GROW = 0.6

@@ -20,12 +20,12 @@ fills only the missing ones, and an interrupted cell resumes from its checkpoint
 given as `--set KEY=VALUE ...` overrides of the campaign's base spec, part of the protocol every cell
 records; without --campaign their cells go to twc1-pilot-<the overrides' name> (`campaign_name`).
 
-    python bench/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
-    python bench/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
-    python bench/pilot.py --report-only      # the table (summary.md) and curves.png from the cells
-    python bench/pilot.py --campaign twc1-transfer --pool 1000 --no-pool-eval --gap-tasks 8 --lrs 1e-3
+    python bench/studies/pilot.py                    # stage lr: lr 1e-3, 3e-4, 1e-4 x seeds 0 1
+    python bench/studies/pilot.py --stage layers     # the chosen lr, LoRA on all layers (after stage lr)
+    python bench/studies/pilot.py --report-only      # the table (summary.md) and curves.png from the cells
+    python bench/studies/pilot.py --campaign twc1-transfer --pool 1000 --no-pool-eval --gap-tasks 8 --lrs 1e-3
                                              # the transfer pilot: a pool that (almost) never recurs
-    python bench/pilot.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
+    python bench/studies/pilot.py --set policy.model=Qwen/Qwen2.5-1.5B-Instruct trainer.device=cuda --check
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     REPO,
     RESULTS,
     add_set_flag,
@@ -52,8 +52,8 @@ from common import (  # noqa: E402
     untrained_heldout,
     with_overrides,
 )
-from sensitivity import setting_spec  # noqa: E402
-from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
+from bench.studies.sensitivity import setting_spec  # noqa: E402
+from pats.stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 LRS = (1e-3, 3e-4, 1e-4)
 PER_RUN = (
@@ -120,7 +120,9 @@ def pilot_spec(args):
                         samples_per_task=args.samples, with_scaffold=False, gap_tasks=gap_tasks(args),
                         pool=args.pool_eval)  # fmt: skip
     data["logging"].update(progress=False, wandb="offline")
-    return with_overrides(ExperimentSpec.model_validate(data), args.set, OWNED, "bench/pilot.py --set")
+    return with_overrides(
+        ExperimentSpec.model_validate(data), args.set, OWNED, "bench/studies/pilot.py --set"
+    )
 
 
 def gap_tasks(args) -> int:
@@ -404,7 +406,7 @@ def main(argv=None) -> None:
             lr = chosen_lr(load_cells(folder), args.top_layers, args.seeds)
             if lr is None:
                 raise SystemExit(
-                    "stage layers needs the stage-lr cells that decide the lr first: run `python bench/pilot.py`"
+                    "stage layers needs the stage-lr cells that decide the lr first: run `python bench/studies/pilot.py`"
                 )
             print(f"chosen lr (final pool success, stage lr): {lr:.0e}")
             plan = [(lr, None)]

@@ -1,8 +1,8 @@
 """The reviser benchmark's sense columns: does an accepted edit set change what the policy does?
 
-    python bench/reviser_sense.py                         # the committed LLM results, paired with rules
-    python bench/reviser_sense.py vllm-embedded-uncompiled-structured_on --tasks 1 --episodes 2
-    python bench/reviser_sense.py --only twx              # bundles whose name contains "twx"
+    python bench/studies/reviser_sense.py                         # the committed LLM results, paired with rules
+    python bench/studies/reviser_sense.py vllm-embedded-uncompiled-structured_on --tasks 1 --episodes 2
+    python bench/studies/reviser_sense.py --only twx              # bundles whose name contains "twx"
 
 For every row of a reviser result (bench/results/reviser/<label>.json, written by bench/reviser.py)
 whose edit set the review's check accepted (`set_valid`), the bundle's scaffold is built twice in a
@@ -44,15 +44,14 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import REPO, RESULTS, write_result  # noqa: E402
-from reviser_bundles import BUNDLES, ReviserBundle, load  # noqa: E402
-from reviser_score import BundleScore  # noqa: E402
-from stats import hierarchical_difference  # noqa: E402
-
+from bench.common import REPO, RESULTS, write_result  # noqa: E402
 from pats.protocols import TokenCounter  # noqa: E402
+from pats.reviser.bundles import SHIPPED, ReviserBundle, load  # noqa: E402
+from pats.reviser.score import BundleScore  # noqa: E402
 from pats.scaffold import ScaffoldStore, content_hash  # noqa: E402
+from pats.stats import hierarchical_difference  # noqa: E402
 from pats.types import Edit, Record, ScaffoldVersion, ScaffoldView, Task  # noqa: E402
 
 OUT = RESULTS / "reviser"
@@ -454,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=4, help="paired episodes per task")
     p.add_argument("--seed", type=int, default=0, help="the episodes' seeds derive from it")
     p.add_argument("--only", nargs="*", default=[], help="keep bundles whose name contains one of these")
-    p.add_argument("--bundles", type=Path, default=BUNDLES, help="folder of bundle JSON files")
+    p.add_argument("--bundles", type=Path, default=SHIPPED, help="folder of bundle JSON files")
     p.add_argument("--cached-only", default="", metavar="REASON",
                    help="play nothing new: a set whose episodes are not all in the cache is reported not replayed, with REASON")  # fmt: skip
     p.add_argument("--threads", type=int, default=1,

@@ -2,7 +2,7 @@
 `pats report`. Prints wall time against the 10-minute target and peak memory against 8 GB, as ratios.
 Writes bench/results/quickstart.json.
 
-    python bench/quickstart.py [--warm]    # --warm keeps ~/.cache/pats (skips the model conversion)
+    python bench/perf/quickstart.py [--warm]    # --warm keeps ~/.cache/pats (skips the model conversion)
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, RESULTS, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
+
+from bench.common import REPO, RESULTS, write_result
 
 TARGET_S, TARGET_GB = 600.0, 8.0
 

@@ -9,7 +9,7 @@ Writes bench/results/turn_tokens.json: per environment the median, 90th percenti
 tokens per turn, and the turns of the expert plans. `pats.spec` reads the 90th percentiles
 (`ENV_TURN_TOKENS`) to refuse verl specs whose episodes cannot fit.
 
-    python bench/turn_tokens.py [--tasks 8]
+    python bench/perf/turn_tokens.py [--tasks 8]
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 from pathlib import Path
 
-from common import RESULTS, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
+from bench.common import RESULTS, write_result
 from pats.engine.run import make_env_factory
 from pats.envs.prompting import render_prompt
 from pats.models import token_counter
 from pats.spec import load_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPECS = {
     "twx": "experiments/quickstart.yaml",
     "alfworld": "experiments/alfworld/local.yaml",

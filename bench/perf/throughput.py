@@ -8,7 +8,7 @@ Prints three ratios against the issue's targets:
 - one GRPO update on 16 score-mode episodes of the quickstart size (target < 60 s).
 Each timing is the median of --repeats runs, alternating the two sides. Writes bench/results/throughput.json.
 
-    python bench/throughput.py [--repeats 3] [--batch 8]
+    python bench/perf/throughput.py [--repeats 3] [--batch 8]
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
-from common import RESULTS, write_result
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
+
+from bench.common import RESULTS, write_result
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.policy import left_padded, up_to_eos
 from pats.engine.run import check_policy_inputs, make_env_factory
@@ -30,7 +33,7 @@ from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
 
-SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
 
 
 def timed(fn):

@@ -1,8 +1,9 @@
 """The reviser benchmark's own checks: an oracle row and a perturbation table.
 
-- Oracle (`oracle_row`): a known-good answer for a bundle, the rules reviser's accepted edits written
-  in card names (citations in the cards' order, as the schema asks, at most its CITES_MAX), served by the scripted OpenAI
-  server through the LLM reviser's whole path (schema sent as response_format, JSON adapter, card names
+- Oracle (`oracle_row`): a known-good answer for a bundle, the rules reviser's accepted edits
+  (`pats.reviser.score.rules_answer`) written in card names (citations in the cards' order, as the
+  schema asks, at most its CITES_MAX), served by the scripted OpenAI server through the LLM reviser's
+  whole path as `pats reviser bench` builds it (schema sent as response_format, JSON adapter, card names
   mapped back, the review's check). It passes when the answer keeps to the schema the reviser sent, is
   parsed, and the check accepts it: so schema, adapter, parser and validator are shown to let a good
   answer through.
@@ -19,12 +20,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from reviser_bundles import ReviserBundle
-
 from pats.lm.schema import CITES_MAX
 from pats.protocols import TokenCounter
 from pats.review import check_edits
-from pats.reviser.llm import revise_call
+from pats.reviser.bench import Contender, reviser_for
+from pats.reviser.bundles import ReviserBundle
+from pats.reviser.llm import LLMReviser, revise_call
+from pats.reviser.score import rules_answer
 from pats.scaffold.problems import rule_of
 from pats.scaffold.validate import edit_problems
 from pats.types import AddEdit, DeleteEdit, Edit, ReviewMode, ScaffoldEntry, UpdateEdit
@@ -45,20 +47,9 @@ def in_card_order(bundle: ReviserBundle, edits: list[Edit]) -> list[Edit]:
     ]
 
 
-def rules_edits(bundle: ReviserBundle) -> list[Edit]:
-    import asyncio
-
-    from reviser import rules_reviser
-
-    return asyncio.run(
-        rules_reviser(bundle).revise(bundle.step, bundle.assessment, bundle.cards, bundle.entries)
-    )
-
-
 def oracle_row(bundle: ReviserBundle, count: TokenCounter) -> dict:
     """The rules reviser's answer served through the LLM reviser's path: schema, parse, check."""
-    from reviser import llm_reviser
-
+    from pats.spec.models import LLMSpec
     from pats.testing import ScriptedOpenAIServer
 
     call = revise_call(_prompt(), bundle.assessment, bundle.cards, bundle.entries, _settings(bundle))
@@ -66,13 +57,14 @@ def oracle_row(bundle: ReviserBundle, count: TokenCounter) -> dict:
     # every card the judge's grade cited: 6 in an LLM-judge bundle); its first ones in the cards' order.
     good = [
         e.model_copy(update={"cites": e.cites[:CITES_MAX]})
-        for e in call.aliases.in_order(rules_edits(bundle), bundle.entries)
+        for e in call.aliases.in_order(rules_answer(bundle), bundle.entries)
     ]
     answer = {"edits": [e.model_dump(mode="json") for e in call.aliases.to_names(good)]}
     with ScriptedOpenAIServer([json.dumps(answer)], structured=True) as server:
-        llm = {"model": "hosted_vllm/oracle", "api_base": server.base_url, "api_key_env": None, "timeout_s": 30.0,
-               "max_retries": 0, "structured": "on"}  # fmt: skip
-        reviser = llm_reviser(bundle, llm, count)
+        llm = LLMSpec(model="hosted_vllm/oracle", api_base=server.base_url, api_key_env=None, timeout_s=30.0,
+                      max_retries=0, structured="on")  # fmt: skip
+        reviser = reviser_for(Contender(label="oracle", llm=llm), bundle, count)
+        assert isinstance(reviser, LLMReviser)
         try:
             refinement = _run(reviser.refine(bundle.step, bundle.assessment, bundle.cards, bundle.entries))
         finally:

@@ -4,13 +4,13 @@ and with torch's defaults (1024 entries each).
 
 The caps are read once per process, so each variant runs in a child process of its own: each child
 plays `--tasks` groups of 4 quickstart episodes (the same, seeded), then runs `--updates` updates on
-their decisions, every one with an advantage (bench/update.py's), and reports their seconds and its
+their decisions, every one with an advantage (bench/perf/update.py's), and reports their seconds and its
 peak RSS (VmHWM). Children alternate between the variants for `--rounds` rounds; medians reported.
 The first update is the one that meets new matmul shapes, as every update of a run does; the later
 ones repeat its shapes, where the default caches hit and the capped may not. The machine is shared:
 compare the ratios. Writes bench/results/kernel_caches.json.
 
-    python bench/kernel_caches.py [--rounds 2] [--tasks 1] [--updates 2]
+    python bench/perf/kernel_caches.py [--rounds 2] [--tasks 1] [--updates 2]
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
+from bench.common import RESULTS, write_result
 from pats.backends.local.memory import KERNEL_CACHES
 
 TORCH_DEFAULTS = dict.fromkeys(KERNEL_CACHES, "1024")
 
 
 def child(tasks: int, updates: int) -> None:
-    from update import SPEC, decisions
-
+    from bench.perf.update import SPEC, decisions
     from pats.backends.local import training
     from pats.backends.local.backend import LocalBackend
     from pats.engine.run import check_policy_inputs, make_env_factory

@@ -10,15 +10,15 @@ steps by the engine on the first `eval_tasks` games (the learning curve), and at
 `heldout_tasks` games with per-task outcomes (the paired test).
 Prints per condition the informative-group fraction, train success with and without the scaffold,
 held-out success with 95% Wilson intervals, the area under the curve, and PATS minus each baseline
-(paired by seed and game, hierarchical bootstrap over seeds and games: bench/stats.py); writes
+(paired by seed and game, hierarchical bootstrap over seeds and games: pats/stats.py); writes
 bench/results/learning_<budget>.json and a plot beside it.
 Rerun the same command after an interruption: finished conditions are skipped, the rest resumed.
 
-    python bench/learning.py --budget small                   # ~2 h on 2 cores; see BUDGETS
-    python bench/learning.py --budget small --ablations       # + removal off, each card type off
-    python bench/learning.py --budget small --setting hard --reward score
-    python bench/learning.py --budget small --report-only     # tables and plots from the run dirs
-    python bench/learning.py --budget early --conditions pats none  # the first-20-steps target
+    python bench/studies/learning.py --budget small                   # ~2 h on 2 cores; see BUDGETS
+    python bench/studies/learning.py --budget small --ablations       # + removal off, each card type off
+    python bench/studies/learning.py --budget small --setting hard --reward score
+    python bench/studies/learning.py --budget small --report-only     # tables and plots from the run dirs
+    python bench/studies/learning.py --budget early --conditions pats none  # the first-20-steps target
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python bench/x.py` and tests alike
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     ABLATIONS,
     BASELINES,
     CONDITIONS,
@@ -54,7 +54,7 @@ from common import (  # noqa: E402
     step_seconds,
     write_result,
 )
-from stats import auc, detectable_difference, hierarchical_difference, wilson  # noqa: E402
+from pats.stats import auc, detectable_difference, hierarchical_difference, wilson  # noqa: E402
 
 EARLY_STEPS = 20  # the issue's target: informative fraction over the first 20 steps
 
@@ -259,7 +259,7 @@ def summarize(out: Path, b: Budget, conditions) -> dict:
 
 def compare(a: dict, b: dict) -> dict:
     """a - b: held-out success (paired by seed and game over the seeds both finished, its interval
-    over seeds and games: bench/stats.py; with one seed, the bootstrap over games), AUC, informative
+    over seeds and games: pats/stats.py; with one seed, the bootstrap over games), AUC, informative
     ratio."""
     pa = {s: {t: [x] for t, x in o.items()} for s, o in a["_outcomes"].items()}
     pb = {s: {t: [x] for t, x in o.items()} for s, o in b["_outcomes"].items()}

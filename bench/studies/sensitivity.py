@@ -3,7 +3,7 @@
 For each setting (a TextWorldExpress game and its parameters) and guidance kind, the untrained policy
 plays the same probe tasks (`--tasks` games x `--samples` sampled episodes, the sampler reseeded per
 cell, so every kind sees the same games and the same random stream) and the cell records:
-- sampled success (its interval clustered by game: bench/stats.py) and, per task, its success rate p, from which the predicted
+- sampled success (its interval clustered by game: pats/stats.py) and, per task, its success rate p, from which the predicted
   informative-group fraction at group size G is the mean over tasks of 1 - p^G - (1-p)^G;
 - the response-likelihood gap: along each probe task's verified expert plan, the mean NLL of the
   expert action (under the policy's own action distribution, softmax over the admissible actions)
@@ -25,6 +25,9 @@ probe does not tune on held-out tasks.
 
 Each (setting, kind) cell writes bench/results/sensitivity/<setting>-<kind>.json when it finishes;
 a rerun skips finished cells. `--report-only` rebuilds bench/results/sensitivity.json and the table.
+
+    python bench/studies/sensitivity.py --settings twc twc1 cookingworld   # docs/journal/2026-11-30-sensitivity.md
+    python bench/studies/sensitivity.py --report-only
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import REPO, RESULTS, fmt  # noqa: E402
-from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
+from bench.common import REPO, RESULTS, fmt  # noqa: E402
+from pats.stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 CELLS = RESULTS / "sensitivity"
 KINDS = ("none", "expert", "family", "rules", "control")
@@ -103,7 +106,7 @@ class Probe:
         from pats.models import token_counter
 
         self.name, self.args = setting, args
-        self.spec = spec or setting_spec(setting)  # bench/stage0.py hands in variants of a setting
+        self.spec = spec or setting_spec(setting)  # bench/studies/stage0.py hands in variants of a setting
         check_policy_inputs(self.spec)  # `pats run`'s checks of files and device (no LLM plays here)
         self.make_env = make_env_factory(self.spec)
         self.env = self.make_env()

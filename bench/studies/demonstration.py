@@ -1,7 +1,7 @@
 """Does the scaffold help on held-out tasks? A small-scale demonstration under a fixed protocol.
 
 Protocol (after the small-scale PATS reproduction on ALFWorld, notes/anchors.md):
-- one setting chosen with bench/sensitivity.py (training-fold probe tasks only), a fixed training pool
+- one setting chosen with bench/studies/sensitivity.py (training-fold probe tasks only), a fixed training pool
   of `--pool` tasks from the train fold so guidance can recur, held-out tasks from the dev fold that
   are never trained on (the test fold stays untouched);
 - conditions that differ in one thing each: `none` (plain GRPO), `static` (a family card built from
@@ -13,7 +13,7 @@ Protocol (after the small-scale PATS reproduction on ALFWorld, notes/anchors.md)
   step only); seeds `--seeds`;
 - held-out success without the scaffold, sampled (`--samples` per task: greedy sits on a 0% floor at
   this size), on the same `--heldout` dev tasks for every condition: intervals over seeds and games
-  (hierarchical bootstrap, bench/stats.py) for rates and for pats - X, per-seed differences beside
+  (hierarchical bootstrap, pats/stats.py) for rates and for pats - X, per-seed differences beside
   them, and cells that trained identically to another condition's named instead of counted twice;
 - training: informative-group fraction, success with and without the scaffold, and the engine's
   response-likelihood gap (eval/likelihood_gap) at each evaluation.
@@ -24,8 +24,8 @@ setting's name unless `--campaign` names another (sizes other than the defaults 
 campaign refuses cells of a different protocol). Run directories go to bench/runs/demonstration/
 (ignored by git); an interrupted cell resumes from its checkpoint.
 
-    python bench/demonstration.py --setting twc1                       # the 8-step protocol
-    python bench/demonstration.py --setting twc1 --steps 24 --campaign twc1-24 --conditions none pats
+    python bench/studies/demonstration.py --setting twc1                       # the 8-step protocol
+    python bench/studies/demonstration.py --setting twc1 --steps 24 --campaign twc1-24 --conditions none pats
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     REPO,
     RESULTS,
     finished,
@@ -50,8 +50,8 @@ from common import (  # noqa: E402
     run_condition,
     untrained_heldout,
 )
-from sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
-from stats import hierarchical_difference, hierarchical_rate  # noqa: E402
+from bench.studies.sensitivity import SETTINGS, Probe, setting_spec  # noqa: E402
+from pats.stats import hierarchical_difference, hierarchical_rate  # noqa: E402
 
 CONDITIONS: dict[str, tuple[str, ...]] = {
     "none": ("scaffold.mode=none", "scaffold.initial_bank=null"),
@@ -183,7 +183,7 @@ def untrained_cell(args, seed: int, spec_file: Path) -> dict:
 CI = "95% CI over seeds and games"
 NOTE = (
     "Intervals: 95%, hierarchical bootstrap (resample seeds, then games within each drawn seed; "
-    "bench/stats.py); per seed: the difference in each seed. A seed whose two cells trained "
+    "pats/stats.py); per seed: the difference in each seed. A seed whose two cells trained "
     "identically (same per-step scaffold entries, tokens and train successes) is left out of that "
     "difference and named; the last column names the condition a cell trained identically to."
 )
@@ -383,7 +383,7 @@ def main(argv=None) -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--setting", choices=list(SETTINGS), default="twc", help="chosen with bench/sensitivity.py"
+        "--setting", choices=list(SETTINGS), default="twc", help="chosen with bench/studies/sensitivity.py"
     )
     p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(FIRST))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])

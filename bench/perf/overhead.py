@@ -15,7 +15,7 @@ step with the recorded rollout time added to both (the same rollouts cost the sa
 Targets: pats/none <= 1.05x with the rules reviser, <= 1.10x with a 1 s LLM reviser.
 Writes bench/results/overhead_<budget>.json.
 
-    python bench/overhead.py --budget small [--delay 1.0] [--repeats 3]
+    python bench/perf/overhead.py --budget small [--delay 1.0] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import REPO, RESULTS, SETTINGS, UnitCosts, step_seconds, write_result  # noqa: E402
+from bench.common import REPO, RESULTS, SETTINGS, UnitCosts, step_seconds, write_result  # noqa: E402
 
 SPEC = REPO / "experiments" / "quickstart.yaml"
 WIRE_EMPTY = "[[ ## edits ## ]]\n[]\n\n[[ ## completed ## ]]"  # DSPy's chat format: no edits

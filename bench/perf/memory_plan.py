@@ -19,7 +19,7 @@ the rollout engine's share) are not checked here: nothing of them has run on a G
 child at a time; run it niced: the machine is shared, so other processes do not change a child's own
 resident memory, only its time. Writes bench/results/memory_plan.json.
 
-    nice -n 10 python bench/memory_plan.py [--lengths 256 512 1024]
+    nice -n 10 python bench/perf/memory_plan.py [--lengths 256 512 1024]
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import RESULTS, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
+
+from bench.common import RESULTS, write_result
 
 CHUNK = 256  # LocalTrainerSpec.logprob_chunk's default
 

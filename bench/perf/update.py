@@ -26,7 +26,7 @@ matmul at a pass's row count (x 576 x 1536) and at 2048^3. Writes bench/results/
 (update_tasks<N>.json for --tasks N > 1, update_generate*.json in generate mode; `--tasks 4` is the
 issue's 16-episode quickstart batch; with `--only`, those variants alone, update_<names>.json).
 
-    python bench/update.py [--tasks 1] [--repeats 2] [--turns 10] [--action generate] [--only prefix ...]
+    python bench/perf/update.py [--tasks 1] [--repeats 2] [--turns 10] [--action generate] [--only prefix ...]
 
 The kernel caches' cap (memory.small_kernel_caches) is read once per process: compare it by running
 this twice, once with LRU_CACHE_CAPACITY=1024 ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 (torch's defaults).
@@ -38,14 +38,17 @@ import argparse
 import asyncio
 import functools
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from common import RESULTS, action_overrides, add_action_flags, write_result
-from flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
+
+from bench.common import RESULTS, action_overrides, add_action_flags, write_result
+from bench.perf.flops import MODEL_SHAPE, counted_gflop, matmul_gflops
 from pats.backends.local import sharing, training
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.items import ChoiceItem
@@ -56,7 +59,7 @@ from pats.protocols import GroupPlan
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW
 
-SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.yaml"
 
 
 def decisions(backend: LocalBackend, tasks: int) -> list[tuple]:

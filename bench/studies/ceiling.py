@@ -2,13 +2,13 @@
 untrained policy's choice of the expert's actions, under each plan view and each scoring rule?
 
 No training and no play. On the recorded expert states of Stage 0's training-fold probe games (twc,
-games 500-515, each game's verified expert plan replayed: bench/sensitivity.py's `expert_pairs`),
+games 500-515, each game's verified expert plan replayed: bench/studies/sensitivity.py's `expert_pairs`),
 every decision is scored with the guidance in the turn (`scaffold.placement: turn`):
 - none: the bare prompt;
 - expert, under each `scaffold.plan_view` (static, progress, next): the game's own plan as the rules
   reviser writes it from the expert card ("Steps to try: a -> b -> ..."), shown as that view shows it
   at that state (the steps before it taken);
-- control, under each view: unrelated text (bench/sensitivity.py's) with the token count of the expert
+- control, under each view: unrelated text (bench/studies/sensitivity.py's) with the token count of the expert
   guidance shown at that state under that view, in the same place: "any text of this length".
 Each prompt runs once: every scoring rule (`policy.score_normalization`: mean, sum, distinct_mean,
 pmi) is computed from the same token log-probs (pats.backends.local.scoring.rule_scores), pmi's
@@ -20,8 +20,8 @@ and expert over control (control - expert), each with a 95% interval resampling 
 combinations for play cells are picked by the rule stated in bench/results/ceiling/PLAN.md before
 this ran (`pick`). Writes bench/results/ceiling/{pairs.json, summary.md, picks.json}.
 
-    python bench/ceiling.py --threads 1
-    python bench/ceiling.py --report-only
+    python bench/studies/ceiling.py --threads 1
+    python bench/studies/ceiling.py --report-only
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ import time
 from pathlib import Path
 from typing import get_args
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from common import RESULTS  # noqa: E402
-from stats import paired_bootstrap  # noqa: E402
-
+from bench.common import RESULTS  # noqa: E402
 from pats.backends.local.scoring import Normalization  # noqa: E402
+from pats.stats import paired_bootstrap  # noqa: E402
 
 OUT = RESULTS / "ceiling"
 VIEWS = ("static", "progress", "next")
@@ -53,9 +52,9 @@ PICK_TOP = 3
 
 async def measure(args) -> dict:
     import torch
-    from sensitivity import Probe
-    from stage0 import variant_spec
 
+    from bench.studies.sensitivity import Probe
+    from bench.studies.stage0 import variant_spec
     from pats.backends.local.backend import LocalBackend
     from pats.backends.local.grpo import sequence_score
     from pats.backends.local.reliance import expert_pairs

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the SDPA path costs on a CUDA GPU, against pats' memory plan (pats/backends/verl/plan.py).
 
-    python3 bench/sdpa_memory.py [--tokens 8192] [--vocab 151936] [--out FILE.json]
+    python3 bench/perf/sdpa_memory.py [--tokens 8192] [--vocab 151936] [--out FILE.json]
 
 Needs only torch and transformers (the GPU machines lent here have them, and no verl, vLLM or network),
 so it runs from a bare checkout. Three measurements, each the extra peak of CUDA memory over what was
