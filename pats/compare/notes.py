@@ -11,7 +11,7 @@ from pats.compare.runs import RunRecord
 from pats.stats import Difference
 
 if TYPE_CHECKING:
-    from pats.compare.table import ConditionRow
+    from pats.compare.records import ConditionRow
 
 
 def seeds_text(seeds: Sequence[int]) -> str:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pats.compare.notes import games_text
+from pats.compare.records import Comparison
 from pats.compare.runs import RunRecord
-from pats.compare.table import Comparison
 from pats.stats import Difference, Interval
 
 INTERVALS = (

@@ -14,50 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from statistics import fmean
 
 from pats.compare.notes import difference_notes, intervals_notes, run_notes, seeds_notes
+from pats.compare.records import BaselineDifference, Comparison, ConditionRow
 from pats.compare.runs import RunRecord
 from pats.compare.untrained import untrained_rows
 from pats.errors import PrerequisiteError
-from pats.stats import DRAWS, Design, Difference, Interval, seed_game_difference, seed_game_rate
-
-
-@dataclass(frozen=True)
-class ConditionRow:
-    condition: str
-    scaffold_mode: str  # "-" for an untrained row
-    seeds: tuple[int, ...]
-    steps: str  # "done/planned", the fewest over seeds ("-" for an untrained row)
-    games: tuple[tuple[int, int], ...]  # (seed, held-out games it contributed to the interval)
-    episodes: int  # held-out episodes in the interval, over all seeds
-    heldout: Interval | None  # None: never evaluated
-    heldout_with_scaffold: Interval | None
-    reliance_gap: Difference | None  # with - without the scaffold
-    design: Design | None
-    train_success: float
-    informative_fraction: float
-    prompt_tokens: float
-    scaffold_entries: float
-    scaffold_tokens: float
-    edits: float
-    removals: float
-
-
-@dataclass(frozen=True)
-class BaselineDifference:
-    baseline: str
-    condition: str
-    difference: Difference  # held-out success without the scaffold, condition - baseline
-
-
-@dataclass(frozen=True)
-class Comparison:
-    rows: tuple[ConditionRow, ...]
-    baselines: tuple[str, ...]
-    differences: tuple[BaselineDifference, ...]  # by baseline, then by row
-    notes: tuple[str, ...]
+from pats.stats import DRAWS, seed_game_difference, seed_game_rate
 
 
 def _by_condition(records: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
