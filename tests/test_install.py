@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def test_no_file_tells_a_user_to_install_the_other_pats():
 @pytest.mark.slow
 def test_a_clone_builds_and_installs_our_package(tmp_path):
     """A wheel of a fresh copy of the tracked files, installed without its dependencies into a new venv:
-    its metadata and modules are this project's (the verl extra, the preflight), not the other pats."""
+    its metadata and modules are this project's (the verl extra, the preflight), not the other pats, and
+    its own prompt files (judges/, the shipped reviser bundles) come with it and load from the install."""
     clone = tmp_path / "clone"
     for path in repository_files():
         target = clone / path.relative_to(REPO)
@@ -87,6 +89,10 @@ def test_a_clone_builds_and_installs_our_package(tmp_path):
     shipped = sorted(p.name for p in (REPO / "pats" / "reviser" / "shipped_bundles").glob("*.json"))
     packaged = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("pats/reviser/shipped_bundles/"))
     assert len(shipped) == 34 and packaged == shipped, "pyproject's package-data ships the reviser bundles"
+    # the rubrics and the reviser prompt, edited in the checkout's judges/, are copied in by setup.py
+    judges = sorted(p.name for p in (REPO / "judges").glob("*.yaml"))
+    packaged = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("pats/judges_data/"))
+    assert "reviser.yaml" in judges and packaged == judges, "setup.py's build step ships judges/ in the wheel"
     metadata = zipfile.ZipFile(wheel).read(f"pats-{pats.__version__}.dist-info/METADATA").decode()
     assert 'Requires-Dist: verl==0.9.1; extra == "verl"' in metadata
 
@@ -108,3 +114,27 @@ def test_a_clone_builds_and_installs_our_package(tmp_path):
     where, version, preflight = shown.stdout.split()
     assert where.startswith(str(venv)) and Path(preflight).is_file()
     assert version == pats.__version__
+
+    # From the installed wheel, pats' own reviser prompt and each environment's rubric load (no LLM call).
+    # The venv has no dependencies of its own: this environment's site-packages go on its path, after the
+    # venv's own (a plain .pth line, so the editable install's finder there is not run).
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    ours = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+    (site / "dependencies.pth").write_text("".join(f"{path}\n" for path in ours))
+    probe = (
+        "import pats.envs\n"
+        "from pats.judges import load_rubric\n"
+        "from pats.lm.prompts import own_prompt\n"
+        "from pats.registry import ENVIRONMENTS\n"
+        "from pats.reviser.prompt import load_reviser_prompt\n"
+        "assert load_reviser_prompt().modes\n"
+        "print(own_prompt('reviser.yaml'))\n"
+        "for kind in ENVIRONMENTS.names():\n"
+        "    assert load_rubric(None, kind).environment == kind\n"
+        "    print(own_prompt(f'{kind}.yaml'))\n"
+    )
+    shown = subprocess.run([str(python), "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    loaded = shown.stdout.split()
+    assert all(path.startswith(str(site / "pats" / "judges_data")) for path in loaded), loaded
+    assert sorted(Path(path).name for path in loaded) == judges

@@ -8,7 +8,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from pats.errors import SpecError
+from pats.errors import PrerequisiteError, SpecError
 from pats.judges.llm import GRADE_LABELS, LLMJudge, load_rubric
 from pats.protocols import Judge
 from pats.spec.models import LLMJudgeSpec, LLMSpec, ScaffoldBudget
@@ -204,6 +204,11 @@ def test_shipped_rubrics_load(environment):
     assert set(rubric.labels) == set(GRADE_LABELS) and rubric.examples
     text = rubric.render()
     assert all(f"- {label}:" in text for label in GRADE_LABELS)
+
+
+def test_an_environment_without_a_rubric_of_pats_is_told_to_bring_its_own():
+    with pytest.raises(PrerequisiteError, match=r"judges/myenv\.yaml .* set the spec's judge\.rubric"):
+        load_rubric(None, "myenv")
 
 
 def test_bad_rubric_reports_every_problem(write):

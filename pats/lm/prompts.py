@@ -16,20 +16,34 @@ from pats.errors import PrerequisiteError, SpecError, SpecIssue
 from pats.types import Assessment, EvidenceCard, ScaffoldEntry
 
 M = TypeVar("M", bound=BaseModel)
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "judges"  # rubrics and reviser prompt, as data
+# pats' own rubrics and reviser prompt, data edited in the checkout's judges/ folder: an installed wheel
+# carries a copy as pats/judges_data/ (setup.py's build step), an editable install reads the checkout's.
+PACKAGED_PROMPTS = Path(__file__).resolve().parents[1] / "judges_data"
+CHECKOUT_PROMPTS = Path(__file__).resolve().parents[2] / "judges"
+
+
+def own_prompt(name: str) -> Path:
+    """pats' own `judges/<name>` (a rubric `<environment kind>.yaml`, or `reviser.yaml`): the copy an
+    installed wheel ships, else the checkout's file."""
+    folder = PACKAGED_PROMPTS if PACKAGED_PROMPTS.is_dir() else CHECKOUT_PROMPTS
+    found = folder / name
+    if not found.is_file():
+        known = sorted(p.name for p in folder.glob("*.yaml"))
+        raise PrerequisiteError(
+            f"pats has no prompt file judges/{name} ({folder} holds {', '.join(known) or 'nothing'}): for "
+            "an environment without a rubric of pats', set the spec's judge.rubric to a rubric of your own "
+            "(`pats validate` checks it); if pats' own files are missing, reinstall pats from a full clone"
+        )
+    return found
 
 
 def prompt_file(path: str | None, default_name: str) -> Path:
-    """`path` (relative to the working directory) if given, else `judges/<default_name>` of pats."""
-    found = Path(path) if path else PROMPTS_DIR / default_name
-    if not found.is_file():
-        hint = (
-            "fix the path in the spec"
-            if path
-            else "set the spec's rubric path, or reinstall pats from its source tree"
-        )
-        raise PrerequisiteError(f"prompt file {found} not found; {hint}")
-    return found
+    """`path` (relative to the working directory) if given, else pats' own `judges/<default_name>`."""
+    if not path:
+        return own_prompt(default_name)
+    if not Path(path).is_file():
+        raise PrerequisiteError(f"prompt file {path} not found; fix the path in the spec")
+    return Path(path)
 
 
 def read_prompt_file(path: Path, model: type[M]) -> M:

@@ -112,13 +112,13 @@ def _refuse_existing(out: Path) -> None:
 def _spec_files(spec: ExperimentSpec) -> tuple[tuple, tuple]:
     """(copies, absolute): the initial bank and the judge rubric (pats' own for an llm judge without
     one) are copied to files/<key>/<name>; every other file the spec reads stays where it is."""
-    from pats.lm.prompts import PROMPTS_DIR
+    from pats.lm.prompts import own_prompt
     from pats.spec.loader import FILE_KEYS
 
     copied = {"scaffold.initial_bank", "judge.rubric"}
     data = spec.model_dump(mode="json")
     if spec.judge.kind == "llm" and spec.judge.rubric is None:
-        data["judge"]["rubric"] = str(PROMPTS_DIR / f"{spec.environment.kind}.yaml")
+        data["judge"]["rubric"] = str(own_prompt(f"{spec.environment.kind}.yaml"))
     copies, absolute = [], []
     for key in FILE_KEYS:
         value: Any = data

@@ -64,8 +64,8 @@ ALFWORLD_BUILD = (
 
 def node_install(spec: ExperimentSpec) -> str:
     """The install of pats every node of a verl run of `spec` needs: from a clone (the `pats` on PyPI is
-    another project), editable so that the rubrics and the reviser prompt in its judges/ folder, which a
-    wheel leaves out, are found."""
+    another project), editable as scripts/install makes it (a wheel of the clone works too: it ships the
+    rubrics and the reviser prompt of judges/)."""
     extras = ("verl", *ENV_EXTRAS.get(spec.environment.kind, ()))
     if "llm" in (spec.judge.kind, spec.reviser.kind):
         extras += ("llm",)
