@@ -39,7 +39,7 @@ def test_each_step_and_evaluation_is_one_plain_line():
     sink.close()
     lines = out.getvalue().splitlines()
     assert lines == [
-        "[demo] training steps 0-1 of 2; step 0: rolling out",
+        "[demo] training steps 0-1 of 2; first the evaluation before training (eval.at_start)",
         "[demo] eval of the checkpoint before training: held-out success 25% (no scaffold)",
         "[demo] step 0 (1/2): success 75% with / 0% without scaffold | informative 2/3 groups | "
         "scaffold 4 entries, 120 tok | 81 s",
@@ -47,6 +47,48 @@ def test_each_step_and_evaluation_is_one_plain_line():
         "scaffold 4 entries, 120 tok | 81 s",
         "[demo] eval of the checkpoint after step 1: held-out success 50% (no scaffold), with scaffold 62%",
     ], "one line each, never wrapped at the console width"
+
+
+def test_the_first_line_names_what_runs_first():
+    """The evaluation before training runs before step 0 and can take longer than a step (a tiny
+    sweep's cells said "step 0: rolling out" for minutes while they evaluated)."""
+
+    def first_line(at_start: bool, start: int = 0) -> str:
+        out = io.StringIO()
+        spec = ExperimentSpec.model_validate(
+            {
+                "name": "demo",
+                "environment": {"kind": "twx"},
+                "trainer": {"steps": 2},
+                "eval": {"at_start": at_start},
+            }
+        )
+        ProgressSink(spec, start=start, console=Console(file=out, force_terminal=False)).close()
+        return out.getvalue()
+
+    assert (
+        first_line(True)
+        == "[demo] training steps 0-1 of 2; first the evaluation before training (eval.at_start)\n"
+    )
+    assert first_line(False) == "[demo] training steps 0-1 of 2; step 0: rolling out\n"
+    assert first_line(True, start=1) == "[demo] training steps 1-1 of 2; step 1: rolling out\n", (
+        "a resumed run"
+    )
+
+
+def test_the_live_bar_says_the_evaluation_runs_then_step_0():
+    spec = ExperimentSpec.model_validate(
+        {"name": "demo", "environment": {"kind": "twx"}, "trainer": {"steps": 2}}
+    )
+    sink = ProgressSink(spec, console=Console(file=io.StringIO(), force_terminal=True, width=120))
+    info = lambda: sink.progress.tasks[0].fields["info"]  # noqa: E731
+    assert info() == "first the evaluation before training (eval.at_start)"
+    sink.log(0, {"eval/success": 0.25})
+    assert info() == "step 0: rolling out"
+    sink.log(0, STEP)
+    sink.log(0, {"eval/success": 0.5})
+    assert info().startswith("success 75% with"), "a later evaluation leaves the step's numbers"
+    sink.close()
 
 
 def test_a_finished_run_does_not_announce_a_first_step():

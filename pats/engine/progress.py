@@ -63,13 +63,18 @@ class ProgressSink:
         self.name, self.steps = spec.name, spec.trainer.steps
         self.last_step: int | None = start - 1 if start > 0 else None  # None: no step trained yet
         self.live = self.console.is_terminal
+        # The evaluation before training runs first and can take longer than a step: say so, rather
+        # than announce a step that starts only after it.
+        first = (
+            "first the evaluation before training (eval.at_start)"
+            if start == 0 and spec.eval.at_start
+            else f"step {start}: rolling out"
+        )
         if not self.live:
             if start >= self.steps:
                 self._print(f"all {self.steps} steps done; nothing left to train")
             else:
-                self._print(
-                    f"training steps {start}-{self.steps - 1} of {self.steps}; step {start}: rolling out"
-                )
+                self._print(f"training steps {start}-{self.steps - 1} of {self.steps}; {first}")
             return
         self.progress = Progress(
             TextColumn("[bold]{task.fields[name]}"),
@@ -80,7 +85,7 @@ class ProgressSink:
             console=self.console,
         )
         self.task = self.progress.add_task(
-            "train", total=spec.trainer.steps, completed=start, name=spec.name, info="first step: rolling out"
+            "train", total=spec.trainer.steps, completed=start, name=spec.name, info=first
         )
         self.progress.start()
 
@@ -96,6 +101,8 @@ class ProgressSink:
             line = eval_line(metrics, checkpoint)
             if self.live:
                 self.progress.console.print(line)
+                if self.last_step is None:
+                    self.progress.update(self.task, info="step 0: rolling out")
             else:
                 self._print(line)
             return
