@@ -126,6 +126,11 @@ def test_curves_show_each_seed_faint_the_mean_bold_and_whole_steps(tmp_path, rep
     assert len(seeds) == 4 and all((ln.get_alpha() or 1.0) <= 0.4 for ln in seeds)  # 2 conditions x 2 seeds
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in fig.axes[-1].get_xticks())
+    # every label inside the figure (the x label once ran past its right edge and was cut off)
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    for text in (fig.axes[-1].xaxis.label, fig.axes[0].title, *(ax.yaxis.label for ax in fig.axes)):
+        extent = text.get_window_extent(renderer)
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0, text.get_text()
 
 
 def test_a_start_is_the_policy_games_episodes_and_backend_not_the_scaffold_or_training(repo):

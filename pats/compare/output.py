@@ -158,8 +158,10 @@ def curves_figure(records: Sequence[RunRecord]):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
+    # Two lines: on one, the label ran past the figure's right edge and was cut off.
     axes[-1].set_xlabel(
-        "training step (an evaluation sits at the step whose checkpoint it measured; -1: before training)"
+        "training step\n(an evaluation sits at the step whose checkpoint it measured; -1: before training)",
+        fontsize=9,
     )
     axes[0].set_title("Conditions: each seed faint, the mean over seeds bold")
     fig.tight_layout()
