@@ -260,3 +260,33 @@ def test_crossed_keeps_only_the_games_every_seed_has_and_one_seed_is_the_game_bo
     rate = stats.seed_game_rate({0: {"x": [0.0, 0.0]}, 1: {"x": [0.0]}})
     one_game = stats.Interval(0.0, *stats.wilson(0, 1))  # one game: Wilson of 0/1
     assert rate == stats.Rate(one_game, "crossed", ((0, 1), (1, 1)), 3)
+
+
+def test_the_crossed_and_chosen_designs_draw_with_rng_seed_0_and_pair_only_shared_games():
+    # the digits a comparison reports are those of RNG seed 0, like hierarchical_*'s
+    a, b = spread(1, 3, 12), spread(2, 3, 12)
+    assert stats.crossed_rate(a) == stats.crossed_rate(a, rng_seed=0) != stats.crossed_rate(a, rng_seed=1)
+    assert (
+        stats.seed_game_rate(a) == stats.seed_game_rate(a, rng_seed=0) != stats.seed_game_rate(a, rng_seed=1)
+    )
+    assert (
+        stats.seed_game_difference(a, b)
+        == stats.seed_game_difference(a, b, rng_seed=0)
+        != stats.seed_game_difference(a, b, rng_seed=1)
+    )
+    assert stats.hierarchical_difference(a, b).games == ((0, 12), (1, 12), (2, 12))
+    # a crossed rate of 1: Wilson's interval over the games
+    assert stats.crossed_rate({0: games([1.0] * 5), 1: games([1.0] * 5)}) == stats.Interval(
+        1.0, *stats.wilson(5, 5)
+    )
+    # within a seed, a game one side lacks is not paired, crossed or nested
+    x, xy = {"x": [1.0]}, {"x": [0.0], "y": [1.0]}
+    assert stats.paired_games({0: xy}, {0: x}) == ({0: frozenset({"x"})}, "crossed")
+    assert stats.paired_games({0: xy, 1: {"z": [1.0]}}, {0: x, 1: {"z": [0.0], "w": [1.0]}}) == (
+        {0: frozenset({"x"}), 1: frozenset({"z"})},
+        "nested",
+    )
+    assert stats.crossed_difference({0: xy}, {0: x}).per_seed == ((0, -1.0),)
+    rate = stats.seed_game_rate({0: xy})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rate.design = "nested"  # type: ignore[misc]

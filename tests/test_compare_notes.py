@@ -1,0 +1,149 @@
+"""`pats compare`'s notes read whole, and only where they apply: seeds a row lacks (a condition's run, the
+untrained policy's evaluation), games an interval left out or counted once per seed (issue 49)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_compare import craft
+from test_compare_pairing import compared, games
+
+from pats.compare import compare, read_run
+from pats.compare.output import markdown
+
+
+def test_a_condition_missing_a_seed_is_named_after_complete_ones_and_one_without_outcomes_too(tmp_path, repo):
+    for seed in (0, 1):  # grpo complete, listed first
+        craft(tmp_path, repo, f"grpo-s{seed}", seed, "none", games("1000"))
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("1100"))
+    craft(tmp_path, repo, "wait-s1", 1, "pats", None)  # not evaluated yet
+    notes = compared(tmp_path).notes
+    assert "pats: no run of seed 1 (other conditions have it); its row rests on seed 0." in notes
+    assert "wait: no run of seed 0 (other conditions have it); its row rests on no seed." in notes
+
+
+def test_seeds_without_an_untrained_evaluation_are_named_with_how_to_get_one(tmp_path, repo):
+    for seed in (0, 1, 2):
+        craft(
+            tmp_path,
+            repo,
+            f"grpo-s{seed}",
+            seed,
+            "none",
+            games("10"),
+            at_start=games("00") if seed == 0 else None,
+        )
+    assert (
+        "untrained: no evaluation of the untrained policy for seeds 1, 2 (eval.at_start: true in a cell of "
+        "those seeds adds it); its row rests on seed 0." in compared(tmp_path).notes
+    )
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), at_start=games("01"))
+    craft(tmp_path, repo, "pats-s1", 1, "pats", games("11"), at_start=games("01"))
+    assert (
+        "untrained: no evaluation of the untrained policy for seed 2 (eval.at_start: true in a cell of "
+        "that seed adds it); its row rests on seeds 0, 1." in compared(tmp_path).notes
+    )
+
+
+def test_games_left_out_of_a_crossed_interval_are_said_whole(tmp_path, repo):
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("110100101101"))
+    craft(tmp_path, repo, "pats-s1", 1, "pats", games("011010"))
+    assert [n for n in compared(tmp_path).notes if n.startswith("pats:")] == [
+        "pats: seeds played different held-out games (s0 12, s1 6); its intervals use the 6 games every seed "
+        "played (crossed), the others are left out. Evaluate every cell on the same games (`pats eval CELL "
+        "--tasks N` on each) to use them all."
+    ]
+
+
+def test_an_interval_on_every_game_of_every_seed_has_no_note_on_games(tmp_path, repo):
+    for seed in (0, 1):  # crossed on all games
+        craft(tmp_path, repo, f"pats-s{seed}", seed, "pats", games("1100"))
+    result = compared(tmp_path)
+    assert result.rows[0].design == "crossed"
+    assert [n for n in result.notes if n.startswith("pats:")] == []
+    craft(tmp_path, repo, "solo-s2", 2, "pats", games("01", prefix="h"))  # a third seed, its own games
+    craft(tmp_path, repo, "solo-s3", 3, "pats", games("10", prefix="k"))
+    solo = next(r for r in compared(tmp_path).rows if r.condition == "solo")
+    assert solo.design == "nested"  # no game shared, none counted twice: nothing to say about games
+    assert not any(n.startswith("solo: no game is shared") for n in compared(tmp_path).notes)
+
+
+def test_one_seeds_games_read_per_seed(tmp_path, repo):
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("1100"))
+    assert "| pats | pats | 0 | 3/3 | 4 per seed |" in markdown(compared(tmp_path))
+
+
+def test_seeds_sharing_some_games_but_none_in_common_are_warned_whole(tmp_path, repo):
+    craft(tmp_path, repo, "pats-s0", 0, "pats", {"a": [1.0], "b": [0.0]})
+    craft(tmp_path, repo, "pats-s1", 1, "pats", {"b": [1.0], "c": [0.0]})
+    craft(tmp_path, repo, "pats-s2", 2, "pats", {"c": [1.0], "a": [0.0]})
+    assert [n for n in compared(tmp_path).notes if n.startswith("pats:")] == [
+        "pats: no game is shared by every seed, yet some seeds share games: the nested interval counts such "
+        "a game once per seed, as if they were different games, which can make it too narrow. Evaluate "
+        "every seed on the same games."
+    ]
+
+
+def test_a_difference_says_the_seeds_and_games_it_left_out_whole_and_nothing_when_none(tmp_path, repo):
+    craft(tmp_path, repo, "grpo-s0", 0, "none", games("100000"))
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("110100101101"))  # pats eval --tasks 12 on this cell
+    assert [n for n in compared(tmp_path, "grpo").notes if n.startswith("pats minus grpo")] == [
+        "pats minus grpo: on the 6 games every seed of both played (pats: 12 per seed; grpo: 6 per seed), "
+        "the others left out."
+    ]
+    craft(tmp_path, repo, "grpo-s1", 1, "none", games("010000"))
+    craft(tmp_path, repo, "pats-s1", 1, "pats", games("011010"))
+    craft(tmp_path, repo, "grpo-s2", 2, "none", games("001000"))
+    assert [n for n in compared(tmp_path, "grpo").notes if n.startswith("pats minus grpo")] == [
+        "pats minus grpo: paired on seeds 0, 1 only (seed 2: only grpo has held-out outcomes).",
+        "pats minus grpo: on the 6 games every seed of both played (pats: s0 12, s1 6; grpo: 6 per seed), "
+        "the others left out.",
+    ]
+
+
+def test_a_difference_on_every_game_of_the_seeds_both_have_has_no_note(tmp_path, repo):
+    for seed in (0, 1):
+        craft(tmp_path, repo, f"pats-s{seed}", seed, "pats", games("1100"))
+        craft(tmp_path, repo, f"grpo-s{seed}", seed, "none", games("1000"))
+    assert not any(n.startswith("pats minus grpo") for n in compared(tmp_path, "grpo").notes)
+
+
+def test_a_nested_difference_says_it_pairs_within_each_seed(tmp_path, repo):
+    craft(tmp_path, repo, "pats-s0", 0, "pats", {"a": [1.0], "b": [1.0], "c": [0.0]})
+    craft(tmp_path, repo, "grpo-s0", 0, "none", {"a": [0.0], "b": [1.0]})
+    craft(tmp_path, repo, "pats-s1", 1, "pats", {"x": [1.0], "y": [0.0]})
+    craft(tmp_path, repo, "grpo-s1", 1, "none", {"x": [0.0], "y": [0.0]})
+    (diff,) = compared(tmp_path, "grpo").differences
+    assert diff.difference.design == "nested"
+    assert [n for n in compared(tmp_path, "grpo").notes if n.startswith("pats minus grpo")] == [
+        "pats minus grpo: in each seed, on the games both played (pats: s0 3, s1 2; grpo: 2 per seed), the "
+        "others left out."
+    ]
+
+
+def test_each_runs_state_is_noted_only_where_it_is_not_the_whole_run(tmp_path, repo):
+    done = read_run(craft(tmp_path, repo, "pats-s0", 0, "pats", games("1100")))
+    going = read_run(craft(tmp_path, repo, "pats-s1", 1, "pats", None, steps=[{"train/success": 0.5}]))
+    also = replace(
+        read_run(craft(tmp_path, repo, "pats-s3", 3, "pats", games("0100"))), heldout_source="pats eval"
+    )
+    measured = replace(
+        read_run(craft(tmp_path, repo, "pats-s2", 2, "pats", games("1000"))), heldout_source="pats eval"
+    )
+    notes = [
+        n
+        for n in compare([done, going, measured, also]).notes
+        if n.startswith(("pats-s", "Held-out", "The runs"))
+    ]
+    assert notes == [
+        "pats-s1: 1 of 3 steps done (still going or stopped).",
+        "pats-s1: no held-out evaluation of a trained checkpoint with per-game outcomes; left out of the "
+        "intervals.",
+        "Held-out outcomes from `pats eval` (report/outcomes_eval.json): pats-s2, pats-s3.",
+    ]
+    unmeasured = replace(going, eval_step=7)  # its last evaluation kept no per-game outcomes: not compared
+    assert not any(n.startswith("The runs") for n in compare([done, unmeasured]).notes)
+    later = replace(measured, eval_step=5)
+    assert compare([done, later]).notes[-1] == (
+        "The runs' last evaluations measured different steps' checkpoints: [2, 5]."
+    )
