@@ -68,3 +68,76 @@ def test_without_an_evaluation_before_training_it_says_how_to_get_one(tmp_path, 
     assert first.endswith(f"after step 2 {hierarchical_rate({0: games([1, 0])}).fmt()}")
     assert "eval.at_start: true adds one" in second
     assert heldout_summary(spec, tmp_path / "nowhere") == []
+
+
+def test_the_last_trained_evaluation_with_outcomes_is_the_one_reported(tmp_path, repo):
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=2", "eval.greedy=true", "eval.samples_per_task=1"],
+    )
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write(-1, "eval", metrics={}, outcomes={})  # an evaluation without per-game outcomes: not one
+    log.end_step(0, metrics={})
+    log.write(0, "eval", metrics={}, outcomes=games([0, 0], episodes=1))
+    log.end_step(1, metrics={})
+    log.write(1, "eval", metrics={}, outcomes=games([1, 1, 0], episodes=1))
+    log.write(1, "eval", metrics={}, outcomes={})
+    log.close()
+    first, second = heldout_summary(spec, tmp_path)
+    rate = hierarchical_rate({0: games([1, 1, 0], episodes=1)})
+    assert first == (
+        f"held-out success without the scaffold (3 games, 1 episode per game, greedy): after step 1 {rate.fmt()}"
+    )
+    assert second == (
+        "What 2 steps can show: that every stage ran. What 2 steps cannot: whether training changed held-out "
+        "success, since there is no evaluation of the untrained policy to compare with (eval.at_start: true "
+        "adds one)."
+    )
+
+
+def test_only_an_evaluation_before_training_gives_no_lines(tmp_path, repo):
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["trainer.steps=1"])
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write(-1, "eval", metrics={}, outcomes=games([1, 0]))
+    log.close()
+    assert heldout_summary(spec, tmp_path) == []
+
+
+def test_what_a_run_cannot_show_reads_whole(tmp_path, repo):
+    spec, run_dir = run_with(tmp_path / "a", repo, games([0] * 8), games([4] * 8))
+    assert heldout_summary(spec, run_dir)[1] == (
+        "What 3 steps can show: that every stage ran (rollouts, evidence cards, scaffold edits, policy updates, "
+        "held-out play). What 3 steps cannot: that another seed would move the same way: the interval excludes "
+        "0 on these 8 games, for this seed only (pats sweep --seeds 0-3, then pats compare)."
+    )
+    spec, run_dir = run_with(tmp_path / "b", repo, games([0, 0]), games([0, 0]), steps=1)
+    assert heldout_summary(spec, run_dir)[1] == (
+        "What 1 step can show: that every stage ran (rollouts, evidence cards, scaffold edits, policy updates, "
+        "held-out play). What 1 step cannot: whether training changed held-out success: every game ended the "
+        "same way in both evaluations, so the interval has no width and says nothing (2 games; more games or "
+        "episodes per game)."
+    )
+
+
+def test_two_episodes_per_game_read_plural(tmp_path, repo):
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["trainer.steps=1", "eval.samples_per_task=2"])
+    log = EventLog(tmp_path / "events.jsonl")
+    log.end_step(0, metrics={})
+    log.write(0, "eval", metrics={}, outcomes=games([1, 0], episodes=2))
+    log.close()
+    assert heldout_summary(spec, tmp_path)[0].startswith(
+        "held-out success without the scaffold (2 games, 2 episodes per game, sampled at temperature 1):"
+    )
+
+
+def test_an_interval_with_an_end_at_0_holds_0(tmp_path, repo):
+    # one game of 8 won once more (or once less) after training, no other change: a resample without
+    # that game gives 0, so one end of the interval is 0
+    before = games([1, 2, 0, 1, 2, 1, 0, 1])
+    for after, end in ((games([2, 2, 0, 1, 2, 1, 0, 1]), "lo"), (games([0, 2, 0, 1, 2, 1, 0, 1]), "hi")):
+        spec, run_dir = run_with(tmp_path / end, repo, before, after)
+        assert getattr(hierarchical_difference({0: after}, {0: before}).interval, end) == 0.0
+        assert heldout_summary(spec, run_dir)[1].endswith(
+            "cannot: whether training changed held-out success: the difference's interval holds 0 on 8 "
+            "games of one seed."
+        )
