@@ -55,8 +55,18 @@ FOLD_FIRST_SEED = {"train": 0, "dev": 10000, "test": 20000}  # TextWorldExpress'
 SEEDS_PER_FOLD = 1000
 # Small games, many JVMs: a serial collector, a capped heap and the client compiler only. Measured on
 # 2 cores: RSS 120 MB instead of 315 MB, first game 0.4 s instead of 0.6 s, 2-3x the steps per second
-# in the first seconds (the server compiler's warm-up competes for the cores).
-JVM_OPTIONS = ["-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"]
+# in the first seconds (the server compiler's warm-up competes for the cores). py4j reads the gateway's
+# port from the JVM's first line of stdout, so the JVM's own warnings go to stderr (-Xlog), and it keeps
+# no hsperfdata file: with many JVMs on one machine a stale one printed "Cannot use file
+# /tmp/hsperfdata_root/<pid>" on stdout and the start failed (seen in a full test run beside a campaign).
+JVM_OPTIONS = [
+    "-XX:+UseSerialGC",
+    "-Xmx256m",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Xlog:disable",
+    "-Xlog:all=warning:stderr",
+]
 
 # Gold paths per (game, fold, seed, params), shared by all instances in this process: a run uses
 # several instances, and for larger twc games TextWorldExpress returns a different (equally valid)
