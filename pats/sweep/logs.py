@@ -75,22 +75,32 @@ def _text(fd: int) -> IO[str]:
 
 
 def _pump(read_end: int, terminal: int, log: BinaryIO, lock: threading.Lock, prefix: bytes) -> None:
-    """Copy the pipe to the log as is and to the terminal with `prefix` at each line's start."""
-    at_start = True
+    """Copy the pipe to the log as is and to the terminal with `prefix` at each line's start, a whole
+    line at a time (up to its newline or carriage return): stdout and stderr have a pump each, and a
+    line written in pieces (an unbuffered child's print, a word and then its newline) would otherwise
+    be cut by the other stream's lines in the log."""
+    pending = b""
     try:
         while chunk := os.read(read_end, 1 << 16):
-            with lock:
-                log.write(chunk)
-                log.flush()
-            if prefix:
-                out = bytearray()
-                for line in chunk.splitlines(keepends=True):
-                    out += (prefix if at_start else b"") + line
-                    at_start = line.endswith((b"\n", b"\r"))
-                chunk = bytes(out)
-            _write_all(terminal, chunk)
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+            if cut:
+                _copy(pending[:cut], terminal, log, lock, prefix)
+                pending = pending[cut:]
+        if pending:  # the last line, without its end
+            _copy(pending, terminal, log, lock, prefix)
     finally:
         os.close(read_end)
+
+
+def _copy(lines: bytes, terminal: int, log: BinaryIO, lock: threading.Lock, prefix: bytes) -> None:
+    """Whole lines to the log (under the lock both pumps share) and, each after `prefix`, to the terminal."""
+    with lock:
+        log.write(lines)
+        log.flush()
+    if prefix:
+        lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
+    _write_all(terminal, lines)
 
 
 def _write_all(fd: int, data: bytes) -> None:
