@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
-from pats.scaffold.validate import MODE_BUDGETS, is_near_duplicate, type_entries
+from pats.scaffold.validate import MODE_BUDGETS, counted_skills, is_near_duplicate, type_entries
 from pats.spec.models import ScaffoldBudget, ScaffoldSpec
 from pats.types import (
     AddEdit,
@@ -161,17 +161,14 @@ class RulesReviser:
             candidates.append(mistake)
 
         kept: list[AddEdit] = []
-        free_plans = self.plans_per_review  # scaffold.plans_per_review: plans beside the skill budget
         for add in filter(None, candidates):
             if add.scope in withdrawn:
                 continue  # the judge withdrew this scope: it gets no new entries while it stays solved
-            free = add.kind == "plan" and sum(a.kind == "plan" for a in kept) < free_plans
-            counted = (
-                [a for a in kept if a.kind == "mistake"]
-                if add.kind == "mistake"
-                else _counted(kept, free_plans)
-            )
-            if not free and len(counted) >= (max_mistakes if add.kind == "mistake" else max_skills):
+            if add.kind == "mistake":
+                over = sum(a.kind == "mistake" for a in kept) >= max_mistakes
+            else:  # the validator's count, with the first scaffold.plans_per_review plans beside it
+                over = len(counted_skills([*kept, add], self.plans_per_review)) > max_skills
+            if over:
                 continue
             same_scope = [e.text for e in view if e.scope == add.scope]
             if any(is_near_duplicate(add.text, x) for x in same_scope + [a.text for a in kept]):
@@ -465,10 +462,3 @@ class _Evidence:
                 ids.append(c.id)
         ids = list(dict.fromkeys(ids))
         return tuple(ids) if len(ids) >= self.min_citations else None
-
-
-def _counted(kept: Sequence[AddEdit], free_plans: int) -> list[AddEdit]:
-    """The skill and plan ADDs that count against the mode's skill budget: all but the first
-    `free_plans` plans (validate's rule, scaffold.plans_per_review)."""
-    plans = [a for a in kept if a.kind == "plan"][:free_plans]
-    return [a for a in kept if a.kind != "mistake" and not any(a is p for p in plans)]

@@ -252,15 +252,20 @@ def _citation_problems(edits: Sequence[AnyEdit], card_ids: set[str], min_citatio
     return problems
 
 
+def counted_skills(adds: Sequence[AddEdit], plans_per_review: int = 0) -> list[int]:
+    """Positions in `adds` of the ADDs that count against a mode's skill budget: every skill, and every
+    plan past the first `plans_per_review` (scaffold.plans_per_review; 0: plans count as skills)."""
+    free = [i for i, a in enumerate(adds) if a.kind == "plan"][:plans_per_review]
+    return [i for i, a in enumerate(adds) if a.kind in ("skill", "plan") and i not in free]
+
+
 def _mode_problems(
     edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool, plans_per_review: int = 0
 ) -> list[str]:
     budget = MODE_BUDGETS[mode]
     problems = []
     adds = [(i, e) for i, e in enumerate(edits) if isinstance(e, AddEdit)]
-    # The first `plans_per_review` plans are beside the mode's skill budget (scaffold.plans_per_review).
-    free = set([i for i, e in adds if e.kind == "plan"][:plans_per_review])
-    skills = [i for i, e in adds if e.kind in ("skill", "plan") and i not in free]
+    skills = [adds[k][0] for k in counted_skills([e for _, e in adds], plans_per_review)]
     mistakes = [i for i, e in adds if e.kind == "mistake"]
     if mode is ReviewMode.PRUNE:
         for i, edit in enumerate(edits):
