@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pats.sweep import cells
+from pats.sweep.checks import flat_fields
 from pats.sweep.grid import load_sweep_file
 
 # Each condition against the full loop (quickstart) of the same seed: the keys that differ, and how.
@@ -25,16 +26,6 @@ CONDITIONS = {
 }  # in the sweep's order: no_removal last (docs/ablations.md)
 
 
-def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out |= flat(value, f"{prefix}{key}.")
-        else:
-            out[prefix + key] = value
-    return out
-
-
 @pytest.fixture(scope="module")
 def planned(repo):
     return cells(load_sweep_file(repo / "experiments/sweeps/demonstration.yaml"))
@@ -42,7 +33,7 @@ def planned(repo):
 
 def resolved(cell) -> dict[str, Any]:
     """The cell's resolved spec without what the sweep sets per cell (name, seed, logging.root/group)."""
-    out = flat(cell.spec.model_dump(mode="json"))
+    out = flat_fields(cell.spec.model_dump(mode="json"))
     for key in ("name", "seed", "logging.root", "logging.group"):
         out.pop(key)
     return out

@@ -62,10 +62,10 @@ def spec_difference(saved: Path, spec: ExperimentSpec) -> str:
     if text == spec_to_yaml(spec):
         return ""
     try:
-        theirs = _flat(load_spec(saved).model_dump(mode="json"))
+        theirs = flat_fields(load_spec(saved).model_dump(mode="json"))
     except SpecError as err:
         return f"its spec.yaml does not load: {str(err).splitlines()[0]}"
-    mine = _flat(spec.model_dump(mode="json"))
+    mine = flat_fields(spec.model_dump(mode="json"))
     keys = [
         k
         for k in sorted(theirs.keys() | mine.keys())
@@ -79,11 +79,12 @@ def _value(flat: dict[str, Any], key: str) -> str:
     return json.dumps(flat[key]) if key in flat else "(unset)"
 
 
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_fields(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dump as dotted keys (`trainer.lr`), each leaf (or empty mapping) its value."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict) and value:
-            out |= _flat(value, f"{prefix}{key}.")
+            out |= flat_fields(value, f"{prefix}{key}.")
         else:
             out[prefix + key] = value
     return out
