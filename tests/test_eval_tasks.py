@@ -65,6 +65,15 @@ def test_more_tasks_than_the_split_has_are_refused_with_its_size(repo):
         play(repo, 12, refuse_past_fold=True)
 
 
+def played(run_dir, **kwargs) -> list[str]:
+    """The games `pats eval` (evaluate_run) played on `run_dir`'s policy with these arguments."""
+    from pats.engine import evaluate
+
+    evaluate.evaluate_run(run_dir, say=lambda line: None, **kwargs)
+    record = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(run_dir, "eval").read_text())
+    return sorted(record.outcomes)
+
+
 def test_eval_first_task_moves_the_runs_evaluations_and_pats_evals_default(repo, tmp_path, monkeypatch):
     """A campaign skips held-out games earlier ones played: the run's own evaluations and `pats eval`
     by default play [first_task, first_task + num_tasks); `pats eval --first` plays others."""
@@ -86,15 +95,8 @@ def test_eval_first_task_moves_the_runs_evaluations_and_pats_evals_default(repo,
     monkeypatch.setattr(evaluate, "make_env_factory", lambda s: lambda: FakeEnv(num_tasks=FOLD))
     monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
 
-    def played(**kwargs) -> list[str]:
-        evaluate.evaluate_run(run_dir, say=lambda line: None, **kwargs)
-        record = evaluate.EvalOutcomes.model_validate_json(
-            evaluate.outcomes_path(run_dir, "eval").read_text()
-        )
-        return sorted(record.outcomes)
-
-    assert played() == ["fake:eval:1002", "fake:eval:1003"]
-    assert played(first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
+    assert played(run_dir) == ["fake:eval:1002", "fake:eval:1003"]
+    assert played(run_dir, first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
 
 
 def test_eval_first_task_past_the_listed_tasks_is_refused_with_the_size_to_write(repo):
@@ -133,14 +135,7 @@ def test_eval_first_task_plays_the_games_asked_for_where_the_environment_lists_o
     monkeypatch.setattr(evaluate, "make_env_factory", exact)
     monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
 
-    def played(**kwargs) -> list[str]:
-        evaluate.evaluate_run(run_dir, say=lambda line: None, **kwargs)
-        record = evaluate.EvalOutcomes.model_validate_json(
-            evaluate.outcomes_path(run_dir, "eval").read_text()
-        )
-        return sorted(record.outcomes)
-
-    assert played() == ["fake:eval:1002", "fake:eval:1003"] and listed == [4]
-    assert played(num_tasks=4) == [f"fake:eval:{1000 + i}" for i in range(2, 6)] and listed[-1] == 6
-    assert played(first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
+    assert played(run_dir) == ["fake:eval:1002", "fake:eval:1003"] and listed == [4]
+    assert played(run_dir, num_tasks=4) == [f"fake:eval:{1000 + i}" for i in range(2, 6)] and listed[-1] == 6
+    assert played(run_dir, first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
     assert listed[-1] == 8
