@@ -69,3 +69,15 @@ def test_the_command_line_replaces_a_sweep_files_grid_key(repo, tmp_path, capsys
     assert main(["sweep", str(sweep_file), "trainer.lr=1e-3", "--dry-run"]) == 0  # one value: no grid key
     out = capsys.readouterr().out
     assert out.startswith("sweep lr: 1 cells") and "quickstart-s0:" in out and "trainer.lr=1e-3" in out
+
+
+def test_pats_validate_reads_a_sweeps_command_line_as_pats_sweep_does(repo, tmp_path, capsys):
+    """`pats validate SWEEP KEY=a,b` plans the grid (it read 'a,b' as one value and failed), and a bad
+    override is said once, not once per cell."""
+    sweep_file = tmp_path / "two.yaml"
+    sweep_file.write_text(f"sweep:\n  specs: [{repo}/experiments/quickstart.yaml]\n  seeds: [0, 1]\n")
+    assert main(["validate", str(sweep_file), "trainer.lr=1e-4,3e-4"]) == 0
+    assert "(sweep: 4 cells, 2 conditions)" in capsys.readouterr().out
+    assert main(["validate", str(sweep_file), "trainer.lr=fast"]) == 2
+    err = capsys.readouterr().err
+    assert "1 problem in the spec" in err and err.count("'fast' is not a number") == 1

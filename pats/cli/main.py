@@ -40,11 +40,11 @@ def _validate_one(path: str, overrides: list[str]) -> str:
         return "judge rubric"
     from pats.sweep.grid import is_sweep_file
 
-    if is_sweep_file(path):  # every cell planned: loaded and validated with the sweep's overrides
-        from pats.sweep.grid import cells, load_sweep_file
+    if is_sweep_file(path):  # every cell planned, with the command line read as `pats sweep` reads it
+        from pats.cli.sweep import sweep_of
+        from pats.sweep.grid import cells
 
-        sweep = load_sweep_file(path)
-        planned = cells(sweep.model_copy(update={"overrides": (*sweep.overrides, *overrides)}))
+        planned = cells(sweep_of([path], overrides))
         return f"sweep: {len(planned)} cells, {len({c.condition for c in planned})} conditions"
     from pats.llm_check import check_providers, unset_keys
     from pats.spec.loader import load_spec_sourced, missing_files

@@ -64,13 +64,29 @@ def add_sweep_parser(sub) -> None:
 
 
 def sweep_from_args(args: argparse.Namespace):
-    """The SweepSpec the arguments describe: a sweep file's, with the command line's additions (its
-    grid keys replace the file's values of the same key; a single value replaces a grid key)."""
+    """The SweepSpec `pats sweep`'s arguments describe (sweep_of, with the options given)."""
     from pats.cli.args import _split_args
+
+    if args.parallel is not None:
+        if args.parallel < 1:
+            raise SpecError(f"--parallel {args.parallel}: give the number of cells to run at once, 1 or more")
+        if args.ray not in (None, "local") or args.cpus is not None or args.gpus is not None:
+            raise SpecError("--parallel N runs on a local Ray and shares this machine between N cells: give "
+                            "it without --ray ADDRESS, --cpus and --gpus (or give those without --parallel)")  # fmt: skip
+    paths, overrides = _split_args(args.items)
+    options = {k: getattr(args, k) for k in ("name", "root", "cpus", "gpus", "memory")}
+    return sweep_of(paths, overrides, args.seeds, {k: v for k, v in options.items() if v is not None})
+
+
+def sweep_of(
+    paths: list[str], overrides: list[str], seeds: str | None = None, options: dict[str, Any] | None = None
+):
+    """The SweepSpec of spec files or one sweep file plus command-line overrides, as `pats sweep` and
+    `pats validate` read them: the command line's grid keys (KEY=a,b) replace the file's values of the
+    same key, a single value replaces a grid key, `seed=...` or `seeds` (as --seeds) sets the seeds."""
     from pats.sweep.grid import is_sweep_file, load_sweep_file, parse_seeds, validated
     from pats.sweep.multirun import split_multirun
 
-    paths, overrides = _split_args(args.items)
     files = [p for p in paths if is_sweep_file(p)]
     if len(files) > 1:
         raise SpecError(f"give one sweep file, not {len(files)}: {files}")
@@ -87,20 +103,11 @@ def sweep_from_args(args: argparse.Namespace):
         "overrides": [*base.get("overrides", ()), *given.overrides],
         "grid": grid,
     }
-    if args.seeds and given.seeds:
+    if seeds and given.seeds:
         raise SpecError("give the seeds once: --seeds or seed=..., not both")
-    if args.seeds or given.seeds:
-        section["seeds"] = parse_seeds(args.seeds) if args.seeds else given.seeds
-    if args.parallel is not None:
-        if args.parallel < 1:
-            raise SpecError(f"--parallel {args.parallel}: give the number of cells to run at once, 1 or more")
-        if args.ray not in (None, "local") or args.cpus is not None or args.gpus is not None:
-            raise SpecError("--parallel N runs on a local Ray and shares this machine between N cells: give "
-                            "it without --ray ADDRESS, --cpus and --gpus (or give those without --parallel)")  # fmt: skip
-    for key in ("name", "root", "cpus", "gpus", "memory"):
-        if getattr(args, key) is not None:
-            section[key] = getattr(args, key)
-    return validated(section, files[0] if files else "pats sweep")
+    if seeds or given.seeds:
+        section["seeds"] = parse_seeds(seeds) if seeds else given.seeds
+    return validated(section | (options or {}), files[0] if files else "pats sweep")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

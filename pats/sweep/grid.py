@@ -196,9 +196,9 @@ def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
                          f"logging.group={sweep_name(sweep)}")  # fmt: skip
                 overrides = (*sweep.overrides, *varied, *extra)
                 out.append(Cell(condition, seed, load_spec(source, overrides), source, overrides))
-    issues += list(dict.fromkeys(_duplicates(out)))
-    if issues:
-        raise SpecError(issues, file="pats sweep")
+    issues += _duplicates(out)
+    if issues:  # once each: a bad override is the same problem in every cell
+        raise SpecError(list(dict.fromkeys(issues)), file="pats sweep")
     if sweep.order == "seed":  # stable: within a seed, the specs' and grid's order
         out.sort(key=lambda c: sweep.seeds.index(c.seed))
     return tuple(out)
