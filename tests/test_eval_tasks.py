@@ -61,7 +61,7 @@ def test_more_tasks_than_the_split_has_are_refused_with_its_size(repo):
         PrerequisiteError, match="has 10 tasks, fewer than the 12 asked for; ask for at most 10"
     ):
         play(repo, 12)
-    with pytest.raises(PrerequisiteError, match="(?s)cannot list 12 eval tasks: .*write at most 10"):
+    with pytest.raises(PrerequisiteError, match="(?s)^cannot list 12 eval tasks: .*write at most 10"):
         play(repo, 12, refuse_past_fold=True)
 
 
@@ -139,3 +139,85 @@ def test_eval_first_task_plays_the_games_asked_for_where_the_environment_lists_o
     assert played(run_dir, num_tasks=4) == [f"fake:eval:{1000 + i}" for i in range(2, 6)] and listed[-1] == 6
     assert played(run_dir, first_task=5, num_tasks=3) == [f"fake:eval:{1000 + i}" for i in (5, 6, 7)]
     assert listed[-1] == 8
+
+
+@pytest.fixture(scope="module")
+def trained(repo, tmp_path_factory):
+    """A two-step run of the quickstart (the full loop) by the scripted policy: a checkpoint and a scaffold."""
+    from pats.engine.run import run_spec
+    from pats.testing.sweep import scripted_trainers
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=2", "eval.first_task=2", "eval.num_tasks=2", "environment.num_eval_tasks=4",
+         "environment.num_train_tasks=4", "eval.gap_tasks=0", "logging.wandb=disabled",
+         "logging.progress=false", f"logging.root={tmp_path_factory.mktemp('runs')}"],
+    )  # fmt: skip
+    return run_spec(spec, scripted_trainers())
+
+
+@pytest.fixture
+def fake_eval(monkeypatch):
+    """`pats eval` on FakeEnv folds as large as the spec lists (each split) and the scripted policy."""
+    from pats.engine import evaluate
+
+    monkeypatch.setattr(
+        evaluate,
+        "make_env_factory",
+        lambda s: lambda: FakeEnv(num_tasks=max(s.environment.num_train_tasks, s.environment.num_eval_tasks)),
+    )
+    monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
+
+
+def test_pats_eval_says_what_it_plays_and_writes_each_modes_metrics_and_outcomes(trained, fake_eval):
+    """The lines `pats eval` prints, its metrics file (the returned metrics) and its outcomes by game,
+    without the scaffold and, asked for, with the run's own scaffold (whose text lengthens the prompts)."""
+    import json
+
+    from pats.engine import evaluate
+
+    lines: list[str] = []
+    metrics = evaluate.evaluate_run(trained, with_scaffold=True, say=lines.append)
+    assert lines[0] == "evaluating the checkpoint after step 1 on 2 eval tasks"
+    assert [line.split(":")[0] for line in lines[1:]] == ["eval no scaffold", "eval with scaffold"]
+    assert metrics["eval/tasks"] == 2.0 and metrics["eval/checkpoint_step"] == 1.0
+    assert metrics["eval_with_scaffold/prompt_tokens"] > metrics["eval/prompt_tokens"]  # the run's scaffold
+    assert {"eval/success", "eval_with_scaffold/success"} <= metrics.keys()
+    assert json.loads(evaluate.eval_path(trained, "eval").read_text()) == metrics
+    record = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(trained, "eval").read_text())
+    games = ["fake:eval:1002", "fake:eval:1003"]
+    assert record.checkpoint_step == 1 and record.split == "eval"
+    assert sorted(record.outcomes) == games and sorted(record.outcomes_with_scaffold) == games
+
+    bare = evaluate.evaluate_run(trained, say=lines.append)
+    assert not [k for k in bare if k.startswith("eval_with_scaffold")]
+    record = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(trained, "eval").read_text())
+    assert record.outcomes_with_scaffold == {} and sorted(record.outcomes) == games
+
+
+def test_pats_eval_of_the_train_split_plays_its_first_games_past_num_train_tasks(trained, fake_eval):
+    """On the train split `pats eval` starts at game 0 (not at eval.first_task) and lists the train
+    fold as large as asked, past the spec's num_train_tasks (4)."""
+    from pats.engine import evaluate
+
+    evaluate.evaluate_run(trained, split="train", num_tasks=6, say=lambda line: None)
+    record = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(trained, "train").read_text())
+    assert sorted(record.outcomes, key=lambda t: int(t.split(":")[2])) == [
+        f"fake:train:{i}" for i in range(6)
+    ]
+
+
+def test_the_untrained_policy_and_a_run_without_a_checkpoint_are_named(repo, tmp_path):
+    from pats.engine import evaluate
+    from pats.spec import spec_to_yaml
+
+    lines: list[str] = []
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["environment.num_eval_tasks=4"])
+    asyncio.run(
+        play_heldout(spec, None, "eval", 0, 2, 3, lines.append, env_factory=lambda s: lambda: FakeEnv(),
+                     backend_for=lambda s, make_env: ScriptedBackend(improving_schedule()))
+    )  # fmt: skip
+    assert lines[0] == "evaluating the untrained policy on 2 eval tasks"
+    (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
+    with pytest.raises(PrerequisiteError, match=f"^{tmp_path} has no checkpoint yet; train first"):
+        evaluate.evaluate_run(tmp_path, say=lambda line: None)
