@@ -151,3 +151,68 @@ def test_a_start_is_the_policy_games_episodes_and_backend_not_the_scaffold_or_tr
         "policy.init_adapter", "policy.temperature", "environment.max_turns",
         "eval.first_task / eval.num_tasks", "eval.samples_per_task", "eval.greedy",
     ]  # fmt: skip
+
+
+def test_each_start_field_is_named_once(repo):
+    from dataclasses import replace
+
+    from pats.compare.start import differing, start_of
+    from pats.spec import load_spec
+
+    def start(*overrides: str):
+        return start_of(load_spec(repo / "experiments/quickstart.yaml", list(overrides)))
+
+    base = start()
+    assert differing(base, start("policy.model=HuggingFaceTB/SmolLM2-360M-Instruct")) == ["policy.model"]
+    assert differing(base, replace(base, backend="verl")) == ["trainer.backend"]  # a verl spec differs more
+    assert differing(base, start("policy.temperature=0.7")) == ["policy.temperature"]
+
+
+def test_three_starts_give_their_rows_and_notes_whole(tmp_path, repo):
+    """Cells of three untrained policies (hot and hot2 sample hotter, warm starts from an adapter): a
+    row per start with at-start evaluations, its source and what it is shared with; a start without
+    any named with why, even when it comes first; and how the starts differ."""
+    from pats.compare.untrained import untrained_rows
+
+    hot, warm = "policy.temperature=0.7", "policy.init_adapter=/adapters/warm"
+    made = [("hot", "pats", None, (hot,)), ("hot2", "none", None, (hot,)), ("grpo", "none", START[0], ()),
+            ("pats", "pats", None, ()), ("warm", "pats", START[0], (warm,))]  # fmt: skip
+    cells = [
+        read_run(craft(tmp_path, repo, f"{name}-s0", 0, mode, FINAL["grpo"][0], at_start=at, overrides=o))
+        for name, mode, at, o in made
+    ]
+    rows, notes = untrained_rows(cells, prefer=(), taken=("hot", "hot2", "grpo", "pats", "warm"))
+    assert list(rows) == ["untrained (grpo, pats)", "untrained (warm)"]
+    assert notes == [
+        "No untrained row for hot, hot2: none of their cells evaluated the untrained policy (eval.at_start), "
+        "and the evaluations of grpo are of another start (policy.temperature differs), so they are not "
+        "shared, and the evaluations of warm are of another start (policy.init_adapter, policy.temperature "
+        "differ), so they are not shared.",
+        "untrained (grpo, pats): each seed's evaluation of the untrained policy before training "
+        "(eval.at_start), from grpo's cells, shared with pats: the same policy (policy.model, "
+        "policy.init_adapter and the rest of the policy section), games, episodes and sampling seed.",
+        "untrained (warm): each seed's evaluation of the untrained policy before training (eval.at_start), "
+        "from warm's cells.",
+        "The cells start from 3 different untrained policies (hot, hot2 against grpo, pats: "
+        "policy.temperature differs; hot, hot2 against warm: policy.init_adapter, policy.temperature "
+        "differ): an at-start evaluation is shared only among cells of the same start.",
+    ]
+    (row,) = rows["untrained (warm)"]
+    assert (row.condition, row.seed, row.heldout, row.heldout_source) == (
+        "untrained (warm)", 0, {g: tuple(v) for g, v in START[0].items()}, "at start"
+    )  # fmt: skip
+    assert (row.eval_step, row.steps_done, row.steps_planned, row.scaffold_mode) == (-1, 0, 0, "-")
+    assert (row.scaffold_entries, row.scaffold_tokens, row.edits, row.removals) == (0.0, 0.0, 0, 0)
+    assert row.heldout_with_scaffold == {} and row.curves == {} and math.isnan(row.train_success)
+
+
+def test_a_condition_named_untrained_keeps_its_name(tmp_path, repo):
+    from pats.compare.untrained import untrained_rows
+
+    cells = [read_run(craft(tmp_path, repo, "untrained-s0", 0, "none", FINAL["grpo"][0], at_start=START[0]))]
+    rows, notes = untrained_rows(cells, prefer=(), taken=("untrained",))
+    assert list(rows) == ["untrained at start"]
+    assert notes == [
+        "untrained at start: each seed's evaluation of the untrained policy before training "
+        "(eval.at_start), from untrained's cells."
+    ]

@@ -29,13 +29,11 @@ class Start:
     backend: str
 
 
-# The spec field each of Start's fields comes from, as the notes name it (policy and environment: the
-# section, each of whose fields is named).
+# The spec field each of Start's fields comes from, as the notes name it; of the policy and environment
+# sections (field, JSON) pairs, `differing` names each field that differs.
 FIELD_NAMES = {
     "policy_model": "policy.model",
     "init_adapter": "policy.init_adapter",
-    "policy": "policy",
-    "environment": "environment",
     "games": "eval.first_task / eval.num_tasks",
     "samples_per_task": "eval.samples_per_task",
     "greedy": "eval.greedy",
