@@ -156,16 +156,24 @@ def trained(repo, tmp_path_factory):
     return run_spec(spec, scripted_trainers())
 
 
+class _SpecFolds(FakeEnv):
+    """FakeEnv listing each split as large as the spec says (num_train_tasks, num_eval_tasks)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.sizes = {"train": spec.environment.num_train_tasks, "eval": spec.environment.num_eval_tasks}
+
+    def tasks(self, split):
+        self.num_tasks = self.sizes[split]
+        return super().tasks(split)
+
+
 @pytest.fixture
 def fake_eval(monkeypatch):
     """`pats eval` on FakeEnv folds as large as the spec lists (each split) and the scripted policy."""
     from pats.engine import evaluate
 
-    monkeypatch.setattr(
-        evaluate,
-        "make_env_factory",
-        lambda s: lambda: FakeEnv(num_tasks=max(s.environment.num_train_tasks, s.environment.num_eval_tasks)),
-    )
+    monkeypatch.setattr(evaluate, "make_env_factory", lambda s: lambda: _SpecFolds(s))
     monkeypatch.setattr(evaluate, "make_backend", lambda s, make_env: ScriptedBackend(improving_schedule()))
 
 
@@ -213,11 +221,12 @@ def test_the_untrained_policy_and_a_run_without_a_checkpoint_are_named(repo, tmp
 
     lines: list[str] = []
     spec = load_spec(repo / "experiments/quickstart.yaml", ["environment.num_eval_tasks=4"])
-    asyncio.run(
+    held = asyncio.run(
         play_heldout(spec, None, "eval", 0, 2, 3, lines.append, env_factory=lambda s: lambda: FakeEnv(),
                      backend_for=lambda s, make_env: ScriptedBackend(improving_schedule()))
     )  # fmt: skip
     assert lines[0] == "evaluating the untrained policy on 2 eval tasks"
+    assert held.scaffolded is None and len(held.bare) == 2  # no scaffold asked (one episode a game here)
     (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
     with pytest.raises(PrerequisiteError, match=f"^{tmp_path} has no checkpoint yet; train first"):
         evaluate.evaluate_run(tmp_path, say=lambda line: None)
