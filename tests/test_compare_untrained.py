@@ -65,6 +65,10 @@ def test_untrained_evaluations_of_another_policy_are_not_shared(tmp_path, repo):
     result = compared(tmp_path)
     assert [r.condition for r in result.rows] == ["grpo", "pats", "untrained (grpo)"]
     assert (
+        "The cells start from 2 different untrained policies (grpo against pats: policy.init_adapter "
+        "differs): an at-start evaluation is shared only among cells of the same start." in result.notes
+    )
+    assert (
         "No untrained row for pats: none of its cells evaluated the untrained policy (eval.at_start), and "
         "the evaluations of grpo are of another start (policy.init_adapter differs), so they are not "
         "shared." in result.notes
@@ -166,6 +170,12 @@ def test_each_start_field_is_named_once(repo):
     assert differing(base, start("policy.model=HuggingFaceTB/SmolLM2-360M-Instruct")) == ["policy.model"]
     assert differing(base, replace(base, backend="verl")) == ["trainer.backend"]  # a verl spec differs more
     assert differing(base, start("policy.temperature=0.7")) == ["policy.temperature"]
+    # the same game parameters written in another order are the same start
+    spec = load_spec(repo / "experiments/quickstart.yaml")
+    params = spec.environment.params
+    backwards = spec.environment.model_copy(update={"params": dict(reversed(params.items()))})
+    assert list(backwards.params) != list(params)
+    assert start_of(spec.model_copy(update={"environment": backwards})) == base
 
 
 def test_three_starts_give_their_rows_and_notes_whole(tmp_path, repo):
