@@ -230,3 +230,55 @@ def test_the_untrained_policy_and_a_run_without_a_checkpoint_are_named(repo, tmp
     (tmp_path / "spec.yaml").write_text(spec_to_yaml(spec))
     with pytest.raises(PrerequisiteError, match=f"^{tmp_path} has no checkpoint yet; train first"):
         evaluate.evaluate_run(tmp_path, say=lambda line: None)
+
+
+def test_a_runs_evaluations_play_as_many_episodes_at_once_as_a_training_step(repo, tmp_path):
+    """The local backend holds an environment (a JVM for TextWorldExpress) per episode in flight: a
+    run's evaluation of 64 games x 4 episodes once played all 256 at once and held 256 JVMs (~14 GB)
+    for the rest of the run, and two Stage 1 cells evaluating side by side were killed for memory.
+    Evaluations now play eval_batch() games at a time: tasks_per_step x group_size episodes."""
+    from pats.engine.run import train
+
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml",
+        ["trainer.steps=1", "trainer.tasks_per_step=2", "trainer.group_size=4", "eval.samples_per_task=4",
+         "eval.num_tasks=7", "environment.num_eval_tasks=7", "eval.gap_tasks=0", "eval.pool=true",
+         "environment.num_train_tasks=4", "logging.wandb=disabled", "logging.progress=false",
+         f"logging.root={tmp_path}"],
+    )  # fmt: skip
+    assert spec.eval_batch() == 2  # 2 tasks x 4 episodes a step = 8 episodes = 2 games x 4 episodes
+    calls: list[list[str]] = []
+
+    class Recording(ScriptedBackend):
+        async def evaluate(self, tasks, views):
+            calls.append([t.id for t in tasks])
+            return await super().evaluate(tasks, views)
+
+    run_dir = tmp_path / spec.name
+    asyncio.run(
+        train(spec, run_dir, None, env_factory=lambda s: lambda: FakeEnv(num_tasks=7),
+              backend_for=lambda s, make_env: Recording(improving_schedule()),
+              count_tokens=lambda text: len(text.split()))
+    )  # fmt: skip
+    assert calls and max(len(c) for c in calls) == 2
+    held_out = [f"fake:eval:{1000 + i}" for i in range(7)]
+    played = [t for c in calls for t in c if t.startswith("fake:eval")]
+    assert played[:7] == held_out  # the evaluation before training, in order, every game once
+    assert [t for c in calls for t in c if t.startswith("fake:train")]  # the pool too (eval.pool), batched
+
+
+def test_eval_batch_is_whole_games_and_at_least_one(repo):
+    def batch(*overrides: str) -> int:
+        return load_spec(repo / "experiments/quickstart.yaml", list(overrides)).eval_batch()
+
+    assert batch("trainer.tasks_per_step=4", "trainer.group_size=8", "eval.samples_per_task=4") == 8
+    assert batch("trainer.tasks_per_step=3", "trainer.group_size=5", "eval.samples_per_task=4") == 3
+    assert (
+        batch(
+            "trainer.tasks_per_step=1",
+            "trainer.group_size=2",
+            "eval.samples_per_task=4",
+            "scaffold.mode=none",
+        )
+        == 1
+    )

@@ -14,19 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pats.engine.batches import in_batches
 from pats.engine.run import Checkpoint, load_run, make_backend, make_env_factory
 from pats.errors import PrerequisiteError, SpecError
 from pats.fileio import write_atomic
 from pats.metrics import rollout_metrics, task_outcomes
-from pats.protocols import PolicyBackend
 from pats.spec import ExperimentSpec
-from pats.types import EMPTY_VIEW, Record, Rollout, ScaffoldView, Task
+from pats.types import EMPTY_VIEW, Record, Rollout, Task
 
 
 def eval_path(run_dir: Path, split: str) -> Path:
@@ -51,27 +50,6 @@ class EvalOutcomes(Record):
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-async def _in_batches(
-    backend: PolicyBackend,
-    tasks: Sequence[Task],
-    views: Sequence[ScaffoldView],
-    size: int,
-    label: str,
-    say: Callable[[str], None],
-) -> list[Rollout]:
-    """`backend.evaluate` over `tasks` in batches of `size` tasks, one progress line per batch."""
-    rollouts: list[Rollout] = []
-    started = time.monotonic()
-    for i in range(0, len(tasks), size):
-        rollouts += await backend.evaluate(tasks[i : i + size], views[i : i + size])
-        won = sum(r.success for r in rollouts)
-        say(
-            f"eval {label}: {min(i + size, len(tasks))}/{len(tasks)} tasks, {won}/{len(rollouts)} "
-            f"episodes won so far ({time.monotonic() - started:.0f} s)"
-        )
-    return rollouts
 
 
 @dataclass(frozen=True)
@@ -123,7 +101,7 @@ async def play_heldout(
     say(f"evaluating {who} on {len(tasks)} {split} tasks")
     scaffolded = None
     try:
-        bare = await _in_batches(backend, tasks, [EMPTY_VIEW] * len(tasks), batch, "no scaffold", say)
+        bare = await in_batches(backend, tasks, [EMPTY_VIEW] * len(tasks), batch, "no scaffold", say)
         if scaffold_dir is not None:
             from pats.models import token_counter
             from pats.scaffold import ScaffoldStore
@@ -132,7 +110,7 @@ async def play_heldout(
                 scaffold_dir, token_counter(spec.policy.model), spec.scaffold.budget.view_tokens
             )
             views = [store.pin(t) for t in tasks]
-            scaffolded = tuple(await _in_batches(backend, tasks, views, batch, "with scaffold", say))
+            scaffolded = tuple(await in_batches(backend, tasks, views, batch, "with scaffold", say))
     finally:
         await backend.close()
         await env.close()
@@ -166,9 +144,7 @@ async def _evaluate(
         first_task = played.start if split == "eval" else 0
     count = num_tasks or played.stop - played.start
     scaffold_dir = run_dir / "scaffold" if with_scaffold else None
-    held = await play_heldout(
-        spec, state, split, first_task, count, spec.trainer.tasks_per_step, say, scaffold_dir
-    )
+    held = await play_heldout(spec, state, split, first_task, count, spec.eval_batch(), say, scaffold_dir)
     metrics = rollout_metrics(held.bare, "eval")
     if held.scaffolded is not None:
         metrics |= rollout_metrics(held.scaffolded, "eval_with_scaffold")

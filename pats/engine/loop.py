@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pats.engine.batches import in_batches
 from pats.engine.sampler import TaskSampler
 from pats.errors import TrainingError
 from pats.logging.events import EventLog
@@ -23,7 +24,7 @@ from pats.protocols import MetricSink, Played, PolicyBackend
 from pats.review import ScaffoldPolicy
 from pats.spec.models import ExperimentSpec
 from pats.step_end import StepEnd
-from pats.types import EMPTY_VIEW, ScaffoldView, Task, UpdateStats
+from pats.types import EMPTY_VIEW, Rollout, ScaffoldView, Task, UpdateStats
 
 
 @dataclass
@@ -100,17 +101,21 @@ class Engine:
                 "rewards for NaN; then `pats run --resume` the run directory"
             )
 
+    async def play(self, tasks: Sequence[Task], views: Sequence[ScaffoldView]) -> list[Rollout]:
+        """Evaluation episodes, spec.eval_batch() games at a time (one environment per episode in flight)."""
+        return await in_batches(self.backend, tasks, views, self.spec.eval_batch(), "", lambda line: None)
+
     async def evaluate(self, step: int) -> dict[str, float]:
         """Held-out tasks without the scaffold (deployment), and with it for the reliance gap; the
         training pool without it (eval.pool); the expert actions' likelihood with and without it."""
-        bare = await self.backend.evaluate(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks))
+        bare = await self.play(self.eval_tasks, [EMPTY_VIEW] * len(self.eval_tasks))
         metrics = rollout_metrics(bare, "eval")
         outcomes = {"outcomes": task_outcomes(bare)}  # by game, for `pats compare`
         wanted = self.spec.eval.with_scaffold and self.scaffold.store is not None
         views = [self.scaffold.view(t) for t in self.eval_tasks] if wanted else []
         # An empty scaffold (before the first edit) leaves every prompt the bare one: nothing to measure.
         if views and not all(v.empty for v in views):
-            scaffolded = await self.backend.evaluate(self.eval_tasks, views)
+            scaffolded = await self.play(self.eval_tasks, views)
             with_scaffold = rollout_metrics(scaffolded, "eval_with_scaffold")
             outcomes["outcomes_with_scaffold"] = task_outcomes(scaffolded)
             metrics.update(with_scaffold)
@@ -119,7 +124,7 @@ class Engine:
             )
         if self.pool_tasks:
             none = [EMPTY_VIEW] * len(self.pool_tasks)
-            metrics |= rollout_metrics(await self.backend.evaluate(self.pool_tasks, none), "pool")
+            metrics |= rollout_metrics(await self.play(self.pool_tasks, none), "pool")
         if self.likelihood_gap is not None:
             view_for = self.scaffold.view if self.scaffold.store is not None else None
             metrics |= await asyncio.to_thread(self.likelihood_gap, view_for)

@@ -574,6 +574,12 @@ class ExperimentSpec(SpecModel):
         first = self.eval.first_task
         return slice(first, first + (self.eval.num_tasks or self.environment.num_eval_tasks - first))
 
+    def eval_batch(self) -> int:
+        """Held-out games played at once: as many episodes as a training step plays (tasks_per_step x
+        group_size), whole games, at least one. The local backend keeps an environment (a
+        TextWorldExpress JVM, ~55 MB) per episode in flight, so 64 games x 4 episodes at once held 256."""
+        return max(1, self.trainer.tasks_per_step * self.trainer.group_size // self.eval.samples_per_task)
+
     def probe_count(self) -> int:
         """Rollouts per group that run without the scaffold."""
         if self.scaffold.mode == "none":
