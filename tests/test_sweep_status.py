@@ -1,0 +1,137 @@
+"""`pats sweep status SWEEP` (pats.sweep.status), from the mutation run of status.py: each row
+`status_rows` makes (a cell with no folder, pending or missing; a folder with no record, run before
+issue 49; a record, with a running one whose process is gone read as interrupted, a failed one's
+error and log, a live one's host and pid), the whole printed table, the duration formatter, the
+refusal of a folder with no manifest, and the row being frozen."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from pats.errors import PrerequisiteError
+from pats.logging.events import EventLog
+from pats.spec import load_spec, spec_to_yaml
+from pats.sweep.manifest import ManifestCell, write_manifest
+from pats.sweep.record import LOG, CellStatus, write_status
+from pats.sweep.status import StatusRow, _duration, status_rows, status_table
+
+T0 = datetime(2024, 1, 2, 3, 4, 5).timestamp()  # local time: stamped "2024-01-02 03:04:05"
+STAMP = "2024-01-02 03:04:05"
+GONE_NOTE = "no status record (run by pats before issue 49)"
+MISSING_NOTE = "its folder is not here (copied or moved without it?)"
+
+
+def _cell(name: str, run_dir: str) -> ManifestCell:
+    return ManifestCell(name=name, condition="c", seed=0, spec="spec.yaml", overrides=(), run_dir=run_dir)
+
+
+def _run(repo: Path, run_dir: Path, ends: int | None) -> None:
+    """spec.yaml (3 steps) and, unless `ends` is None, events.jsonl with that many step ends."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["trainer.steps=3"])
+    (run_dir / "spec.yaml").write_text(spec_to_yaml(spec))
+    if ends is not None:
+        log = EventLog(run_dir / "events.jsonl")
+        for step in range(ends):
+            log.end_step(step)
+        log.close()
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+@pytest.fixture
+def sweep(tmp_path, repo, dead_pid) -> Path:
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    here = socket.gethostname()
+    names = "a-old b-miss c-bare d-start e-done f-intr g-fail h-fail0 i-run j-fin k-pend".split()
+    cells = [_cell(n, str(folder / n) if n == "a-old" else n) for n in names]
+    write_manifest(folder, "sw", cells, ())
+    (folder / "c-bare").mkdir()  # a folder, no spec, no record
+    _run(repo, folder / "d-start", None)  # spec, no events: 0 of 3
+    _run(repo, folder / "e-done", 3)
+    _run(repo, folder / "f-intr", 1)
+    write_status(
+        folder / "f-intr", CellStatus(status="running", started=T0, ended=T0 + 61, host=here, pid=dead_pid)
+    )
+    _run(repo, folder / "g-fail", 2)
+    write_status(
+        folder / "g-fail", CellStatus(status="failed", started=T0, ended=T0 + 3661, error="boom\nmore")
+    )
+    write_status(folder / "h-fail0", CellStatus(status="failed", started=T0, ended=T0 + 59))
+    _run(repo, folder / "i-run", 2)
+    write_status(
+        folder / "i-run", CellStatus(status="running", started=T0, ended=T0 + 59, host=here, pid=os.getpid())
+    )
+    write_status(folder / "j-fin", CellStatus(status="finished", started=T0, ended=T0 + 3599, how="ran"))
+    write_status(folder / "k-pend", CellStatus(status="pending"))
+    return folder
+
+
+def test_every_kind_of_row(sweep, dead_pid):
+    here, pid = socket.gethostname(), os.getpid()
+    assert status_rows(sweep) == [
+        StatusRow("a-old", "pending", "-", "-", None, ""),
+        StatusRow("b-miss", "missing", "-", "-", None, MISSING_NOTE),
+        StatusRow("c-bare", "pending", "-", "-", None, ""),
+        StatusRow("d-start", "started", "0/3", "-", None, GONE_NOTE),
+        StatusRow("e-done", "finished", "3/3", "-", None, GONE_NOTE),
+        StatusRow("f-intr", "interrupted", "1/3", STAMP, 61.0, f"its process (pid {dead_pid}) is gone"),
+        StatusRow("g-fail", "failed", "2/3", STAMP, 3661.0, f"boom; log: {sweep / 'g-fail' / LOG}"),
+        StatusRow("h-fail0", "failed", "-", STAMP, 59.0, f"failed; log: {sweep / 'h-fail0' / LOG}"),
+        StatusRow("i-run", "running", "2/3", STAMP, 59.0, f"on {here}, pid {pid}"),
+        StatusRow("j-fin", "finished", "-", STAMP, 3599.0, ""),
+        StatusRow("k-pend", "pending", "-", "-", None, ""),
+    ]
+
+
+def test_the_whole_table(sweep, dead_pid):
+    here, pid = socket.gethostname(), os.getpid()
+    assert status_table(sweep) == "\n".join([
+        f"sweep {sweep}: 11 cells, 3 pending, 1 missing, 1 started, 2 finished, 1 interrupted, 2 failed, 1 running",
+        "cell     status       steps  started              time    note",
+        "a-old    pending      -      -                    -",
+        f"b-miss   missing      -      -                    -       {MISSING_NOTE}",
+        "c-bare   pending      -      -                    -",
+        f"d-start  started      0/3    -                    -       {GONE_NOTE}",
+        f"e-done   finished     3/3    -                    -       {GONE_NOTE}",
+        f"f-intr   interrupted  1/3    {STAMP}  1m01s   its process (pid {dead_pid}) is gone",
+        f"g-fail   failed       2/3    {STAMP}  1h01m   boom; log: {sweep / 'g-fail' / LOG}",
+        f"h-fail0  failed       -      {STAMP}  59s     failed; log: {sweep / 'h-fail0' / LOG}",
+        f"i-run    running      2/3    {STAMP}  59s     on {here}, pid {pid}",
+        f"j-fin    finished     -      {STAMP}  59m59s",
+        "k-pend   pending      -      -                    -",
+    ])  # fmt: skip
+
+
+def test_durations():
+    assert [_duration(s) for s in (None, 0, 59, 59.6, 61, 3599, 3600, 3661, 7322)] == [
+        "-", "0s", "59s", "1m00s", "1m01s", "59m59s", "1h00m", "1h01m", "2h02m",
+    ]  # fmt: skip
+
+
+def test_a_folder_with_no_manifest_is_refused(tmp_path):
+    with pytest.raises(PrerequisiteError) as err:
+        status_rows(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path} holds no sweep.json: give a sweep folder (<root>/<name>, e.g. runs/sweeps/NAME)"
+    )
+
+
+def test_a_row_is_frozen():
+    row = StatusRow("a", "pending", "-", "-", None, "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.status = "failed"  # type: ignore[misc]
