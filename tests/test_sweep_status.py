@@ -1,7 +1,7 @@
 """`pats sweep status SWEEP` (pats.sweep.status), from the mutation run of status.py: each row
 `status_rows` makes (a cell with no folder, pending or missing; a folder with no record, run before
 issue 49; a record, with a running one whose process is gone read as interrupted, a failed one's
-error and log, a live one's host and pid), the whole printed table, the duration formatter, the
+error and log, a live one's host and pid, and its final evaluation), the whole printed table, the duration formatter, the
 refusal of a folder with no manifest, and the row being frozen."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def sweep(tmp_path, repo, dead_pid) -> Path:
     folder = tmp_path / "sw"
     folder.mkdir()
     here = socket.gethostname()
-    names = "a-old b-miss c-bare d-start e-done f-intr g-fail h-fail0 i-run j-fin k-pend".split()
+    names = "a-old b-miss c-bare d-start e-done f-intr g-fail h-fail0 i-run j-fin k-pend l-eval m-new".split()
     cells = [_cell(n, str(folder / n) if n == "a-old" else n) for n in names]
     write_manifest(folder, "sw", cells, ())
     (folder / "c-bare").mkdir()  # a folder, no spec, no record
@@ -78,6 +78,14 @@ def sweep(tmp_path, repo, dead_pid) -> Path:
     )
     write_status(folder / "j-fin", CellStatus(status="finished", started=T0, ended=T0 + 3599, how="ran"))
     write_status(folder / "k-pend", CellStatus(status="pending"))
+    _run(repo, folder / "l-eval", 3)
+    write_status(
+        folder / "l-eval", CellStatus(status="running", started=T0, ended=T0 + 60, host=here, pid=os.getpid())
+    )
+    # just started: no spec yet, so no steps to have ended
+    write_status(
+        folder / "m-new", CellStatus(status="running", started=T0, ended=T0 + 1, host=here, pid=os.getpid())
+    )
     return folder
 
 
@@ -95,13 +103,15 @@ def test_every_kind_of_row(sweep, dead_pid):
         StatusRow("i-run", "running", "2/3", STAMP, 59.0, f"on {here}, pid {pid}"),
         StatusRow("j-fin", "finished", "-", STAMP, 3599.0, ""),
         StatusRow("k-pend", "pending", "-", "-", None, ""),
+        StatusRow("l-eval", "running", "3/3", STAMP, 60.0, f"on {here}, pid {pid}; in its final evaluation"),
+        StatusRow("m-new", "running", "-", STAMP, 1.0, f"on {here}, pid {pid}"),
     ]
 
 
 def test_the_whole_table(sweep, dead_pid):
     here, pid = socket.gethostname(), os.getpid()
     assert status_table(sweep) == "\n".join([
-        f"sweep {sweep}: 11 cells, 3 pending, 1 missing, 1 started, 2 finished, 1 interrupted, 2 failed, 1 running",
+        f"sweep {sweep}: 13 cells, 3 pending, 1 missing, 1 started, 2 finished, 1 interrupted, 2 failed, 3 running",
         "cell     status       steps  started              time    note",
         "a-old    pending      -      -                    -",
         f"b-miss   missing      -      -                    -       {MISSING_NOTE}",
@@ -114,6 +124,8 @@ def test_the_whole_table(sweep, dead_pid):
         f"i-run    running      2/3    {STAMP}  59s     on {here}, pid {pid}",
         f"j-fin    finished     -      {STAMP}  59m59s",
         "k-pend   pending      -      -                    -",
+        f"l-eval   running      3/3    {STAMP}  1m00s   on {here}, pid {pid}; in its final evaluation",
+        f"m-new    running      -      {STAMP}  1s      on {here}, pid {pid}",
     ])  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """`pats sweep status SWEEP`: one line per cell of a sweep folder (its manifest's cells, in order): its
 status, steps done, when it started, how long it ran (or has run), and for a failed cell its error and
-its log.
+its log; a running cell whose every step has ended is in its final evaluation.
 
 The status is the cell's record (CELL/status.json), except: a `running` record whose process on this
 machine is gone reads `interrupted`; a cell with no record was run by pats before issue 49 (finished
@@ -59,7 +59,10 @@ def status_rows(folder: Path) -> list[StatusRow]:
         elif record.status == "failed":
             note = f"{record.error.splitlines()[0] if record.error else 'failed'}; log: {run_dir / LOG}"
         elif record.status == "running":
-            note = f"on {record.host}, pid {record.pid}"
+            # every step's end is logged, so what remains is the final evaluation (specs without
+            # progress lines print nothing while it plays)
+            phase = "; in its final evaluation" if planned and done == planned else ""
+            note = f"on {record.host}, pid {record.pid}{phase}"
         rows.append(StatusRow(cell.name, state, steps, stamp(record.started), record.seconds, note))
     return rows
 
