@@ -125,6 +125,15 @@ def test_override_of_missing_key_names_the_override(write):
     assert issue.source == "override 'trainer.stepps=3'"
 
 
+def test_a_problem_names_the_override_that_set_the_value_last(write):
+    """Two overrides touch logging.root; the one given last set what is wrong, in either order."""
+    path = write("s.yaml", GOOD)
+    assert one(path, ["logging=y", "logging.root.x=1"]).source == "override 'logging.root.x=1'"
+    assert one(path, ["logging.root.x=1", "logging=y"]).source == "override 'logging=y'"
+    again = ["logging.root.x=1", "logging=y", "logging.root.x=2"]
+    assert one(path, again).source == "override 'logging.root.x=2'"
+
+
 def test_override_with_bad_value(write):
     issue = one(write("s.yaml", GOOD), ["policy.temperature=0"])
     assert (issue.path, issue.source) == ("policy.temperature", "override 'policy.temperature=0'")

@@ -310,6 +310,8 @@ def _override_layer(overrides: Sequence[str]) -> _Layer:
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = parsed
+        # kept in the order they were last set, so the last one a problem's key matches set the value
+        sources.pop(parts, None)
         sources[parts] = text
     if issues:
         raise SpecError(issues)
@@ -523,7 +525,10 @@ def _with_source(issue: SpecIssue, origin: dict[tuple, _Layer]) -> SpecIssue:
             continue
         if layer.overrides:
             keys = tuple(map(str, parts))
-            text = next((v for k, v in layer.overrides.items() if _prefix(k, keys) or _prefix(keys, k)), None)
+            matching = (
+                v for k, v in reversed(layer.overrides.items()) if _prefix(k, keys) or _prefix(keys, k)
+            )
+            text = next(matching, None)
             return SpecIssue(issue.path, issue.message, _override_source(text) if text else "overrides")
         return SpecIssue(issue.path, issue.message, layer.where(parts[:n]))
     return issue
