@@ -48,6 +48,7 @@ def test_commas_inside_nested_brackets_and_quotes_stay():
     assert sweep_values("],a") == ("]", "a")  # a stray closer does not go below the top level
     assert sweep_values("[a,b]") is None
     assert sweep_values("X,Y") == ("X", "Y")  # only brackets and quotes group, no other character
+    assert sweep_values("[aX,b],c") == ("[aX,b]", "c")  # and no other character closes a group
 
 
 def test_every_problem_of_a_command_line_at_once():
