@@ -4,7 +4,10 @@ The copy is taken at the file descriptors (1 and 2), so it holds what Python pri
 write and what child processes (an environment's JVM, say) print, not only `print()`. Inside the
 block Python's own `sys.stdout` and `sys.stderr` write to those descriptors too (where a caller had
 replaced them, as pytest does, they would bypass the copy). Where cells share a terminal, each line
-that reaches it can be prefixed with the cell's name; the log holds the lines as printed.
+that reaches it can be prefixed with the cell's name; the log holds the lines as printed. Each
+descriptor has a pipe and a thread of its own, so each stream's lines keep their order in the log,
+but a stdout line and a stderr line written moments apart may land in either order (a print just
+before a traceback can follow it).
 """
 
 from __future__ import annotations
