@@ -1,0 +1,98 @@
+"""`run_sweep` (pats/sweep/run.py), from its mutation run: what it says, line by line, when it
+skips a finished cell and resumes one that checkpointed before it failed; and that with a Ray address
+the runnable cells go to Ray with the asks (and each cell's threads), none run here. Cells train
+through pats' own train() with FakeEnv and a scripted policy (pats.testing.sweep)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from pats.sweep import SweepSpec, run_sweep
+from pats.sweep import cluster as cluster_module
+from pats.sweep.cell import run_cell
+from pats.sweep.cluster import Asks, machine_cpus
+from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
+from pats.testing.sweep import scripted_trainers
+
+TINY = ("trainer.steps=3", "trainer.tasks_per_step=2", "eval.every=3", "eval.gap_tasks=0",
+        "logging.wandb=disabled", "logging.progress=false")  # fmt: skip
+
+
+def one_by_two(repo: Path, root: Path) -> SweepSpec:
+    specs = (str(repo / "experiments/quickstart.yaml"), str(repo / "experiments/baselines/grpo.yaml"))
+    return SweepSpec(name="tiny", specs=specs, seeds=(0,), overrides=TINY, root=str(root))
+
+
+class _BreaksAtStep1(ScriptedBackend):
+    """Step 0 trains and is checkpointed; step 1's rollouts fail, as a lost node would."""
+
+    async def rollout(self, step, plans):
+        if step == 1:
+            raise RuntimeError("lost the node (scripted)")
+        return await super().rollout(step, plans)
+
+
+def _breaks(spec, run_dir, state):
+    from pats.engine.run import train
+
+    return asyncio.run(
+        train(
+            spec,
+            run_dir,
+            state,
+            env_factory=lambda s: lambda: FakeEnv(num_tasks=4),
+            backend_for=lambda s, make_env: _BreaksAtStep1(improving_schedule(), seed=s.seed),
+            count_tokens=lambda text: len(text.split()),
+        )
+    )
+
+
+def test_a_finished_cell_is_skipped_and_a_checkpointed_one_resumed_each_said_in_order(repo, tmp_path):
+    sweep = one_by_two(repo, tmp_path)
+    (local,) = scripted_trainers().values()
+
+    def grpo_breaks(spec, run_dir, state):
+        return (_breaks if spec.name == "quickstart-grpo-s0" else local)(spec, run_dir, state)
+
+    first = run_sweep(sweep, say=lambda line: None, trainers={"local": grpo_breaks})
+    assert [r.status for r in first] == ["ran", "failed"]
+    folder = tmp_path / "tiny"
+    assert (folder / "quickstart-grpo-s0" / "checkpoints" / "latest.json").is_file()
+
+    lines: list[str] = []
+    again = run_sweep(sweep, say=lines.append, trainers=scripted_trainers())
+    assert [(r.name, r.status) for r in again] == [
+        ("quickstart-s0", "skipped"),
+        ("quickstart-grpo-s0", "resumed"),
+    ]
+    assert lines[:3] == [
+        f"sweep tiny: 2 cells (2 conditions x 1 seeds) in {folder}",
+        f"cell 1/2 quickstart-s0: already finished, skipped ({folder / 'quickstart-s0'})",
+        "cell 2/2 quickstart-grpo-s0: starting",
+    ]
+    assert re.fullmatch(
+        rf"cell 2/2 quickstart-grpo-s0: resumed and finished in \d+ s \({re.escape(str(folder))}/quickstart-grpo-s0\)",
+        lines[3],
+    )
+    assert lines[4].startswith("sweep tiny: 1 resumed, 1 skipped; `pats sweep status ")
+    assert len(lines) == 5
+
+
+def test_with_a_ray_address_the_runnable_cells_go_to_ray_with_their_asks(repo, tmp_path, monkeypatch):
+    sent: list[tuple] = []
+
+    def run_ray(runnable, total, address, asks, say, trainers):
+        sent.append(([(i, c.name, c.spec.trainer.threads) for i, c in runnable], total, address, asks))
+        return {i: run_cell(cell, trainers) for i, cell in runnable}  # here, in Ray's place
+
+    monkeypatch.setattr(cluster_module, "import_ray", lambda: None)
+    monkeypatch.setattr(cluster_module, "run_ray", run_ray)
+    lines: list[str] = []
+    results = run_sweep(one_by_two(repo, tmp_path), "local", lines.append, scripted_trainers(), parallel=2)
+    asks = Asks(machine_cpus() / 2, 0.0, 0.0, 2)
+    threads = asks.threads
+    assert sent == [([(1, "quickstart-s0", threads), (2, "quickstart-grpo-s0", threads)], 2, "local", asks)]
+    assert [r.status for r in results] == ["ran", "ran"]
+    assert not any(": starting" in line for line in lines)  # none ran one after another here
