@@ -19,7 +19,8 @@ from pats.errors import SpecError
 from pats.spec.models import ExperimentSpec
 from pats.sweep.grid import Cell
 
-Check = Literal["finished", "resume", "start", "refused"]
+# read by type checkers only, so mutating it changes nothing a test could see
+Check = Literal["finished", "resume", "start", "refused"]  # pragma: no mutate
 WHERE = ("logging.root", "trainer.threads")  # where and how fast a cell runs, not what it trains
 
 
