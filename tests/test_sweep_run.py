@@ -5,7 +5,6 @@ through pats' own train() with FakeEnv and a scripted policy (pats.testing.sweep
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
@@ -13,8 +12,8 @@ from pats.sweep import SweepSpec, run_sweep
 from pats.sweep import cluster as cluster_module
 from pats.sweep.cell import run_cell
 from pats.sweep.cluster import Asks, machine_cpus
-from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
-from pats.testing.sweep import scripted_trainers
+from pats.testing.fakes import ScriptedBackend, improving_schedule
+from pats.testing.sweep import scripted_trainers, train_on_fakes
 
 TINY = ("trainer.steps=3", "trainer.tasks_per_step=2", "eval.every=3", "eval.gap_tasks=0",
         "logging.wandb=disabled", "logging.progress=false")  # fmt: skip
@@ -35,18 +34,7 @@ class _BreaksAtStep1(ScriptedBackend):
 
 
 def _breaks(spec, run_dir, state):
-    from pats.engine.run import train
-
-    return asyncio.run(
-        train(
-            spec,
-            run_dir,
-            state,
-            env_factory=lambda s: lambda: FakeEnv(num_tasks=4),
-            backend_for=lambda s, make_env: _BreaksAtStep1(improving_schedule(), seed=s.seed),
-            count_tokens=lambda text: len(text.split()),
-        )
-    )
+    return train_on_fakes(spec, run_dir, state, lambda s: _BreaksAtStep1(improving_schedule(), seed=s.seed))
 
 
 def test_a_finished_cell_is_skipped_and_a_checkpointed_one_resumed_each_said_in_order(repo, tmp_path):

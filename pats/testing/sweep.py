@@ -14,7 +14,7 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pats.spec.models import ExperimentSpec
@@ -40,16 +40,23 @@ class _SlowBackend(ScriptedBackend):
 def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "") -> Path:
     """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run); the
     run named `dies` ends its process at its first update. It prints one line as it starts."""
+    print(f"scripted training of {spec.name} (threads {getattr(spec.trainer, 'threads', None)})", flush=True)
+    return train_on_fakes(spec, run_dir, state, lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies))
+
+
+def train_on_fakes(
+    spec: ExperimentSpec, run_dir: Path, state, backend: Callable[[ExperimentSpec], ScriptedBackend]
+) -> Path:
+    """`train()` of `spec` on FakeEnv's 4 tasks with the policy `backend(spec)` makes."""
     from pats.engine.run import train
 
-    print(f"scripted training of {spec.name} (threads {getattr(spec.trainer, 'threads', None)})", flush=True)
     return asyncio.run(
         train(
             spec,
             run_dir,
             state,
             env_factory=lambda s: lambda: FakeEnv(num_tasks=4),
-            backend_for=lambda s, make_env: _SlowBackend(s.seed, step_s, dies=s.name == dies),
+            backend_for=lambda s, make_env: backend(s),
             count_tokens=lambda text: len(text.split()),
         )
     )
