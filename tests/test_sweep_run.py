@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pats.sweep import SweepSpec, run_sweep
 from pats.sweep import cluster as cluster_module
-from pats.sweep.cell import run_cell
+from pats.sweep.cell import CellResult, run_cell
 from pats.sweep.cluster import Asks, machine_cpus
 from pats.testing.fakes import ScriptedBackend, improving_schedule
 from pats.testing.sweep import scripted_trainers, train_on_fakes
@@ -51,10 +51,8 @@ def test_a_finished_cell_is_skipped_and_a_checkpointed_one_resumed_each_said_in_
 
     lines: list[str] = []
     again = run_sweep(sweep, say=lines.append, trainers=scripted_trainers())
-    assert [(r.name, r.status) for r in again] == [
-        ("quickstart-s0", "skipped"),
-        ("quickstart-grpo-s0", "resumed"),
-    ]
+    assert again[0] == CellResult("quickstart-s0", "skipped", 0.0, "")
+    assert (again[1].name, again[1].status) == ("quickstart-grpo-s0", "resumed")
     assert lines[:3] == [
         f"sweep tiny: 2 cells (2 conditions x 1 seeds) in {folder}",
         f"cell 1/2 quickstart-s0: already finished, skipped ({folder / 'quickstart-s0'})",
@@ -69,6 +67,9 @@ def test_a_finished_cell_is_skipped_and_a_checkpointed_one_resumed_each_said_in_
 
 
 def test_with_a_ray_address_the_runnable_cells_go_to_ray_with_their_asks(repo, tmp_path, monkeypatch):
+    sweep = one_by_two(repo, tmp_path)
+    first_spec_only = sweep.model_copy(update={"specs": sweep.specs[:1]})
+    run_sweep(first_spec_only, say=lambda line: None, trainers=scripted_trainers())  # its cell finished
     sent: list[tuple] = []
 
     def run_ray(runnable, total, address, asks, say, trainers):
@@ -78,9 +79,21 @@ def test_with_a_ray_address_the_runnable_cells_go_to_ray_with_their_asks(repo, t
     monkeypatch.setattr(cluster_module, "import_ray", lambda: None)
     monkeypatch.setattr(cluster_module, "run_ray", run_ray)
     lines: list[str] = []
-    results = run_sweep(one_by_two(repo, tmp_path), "local", lines.append, scripted_trainers(), parallel=2)
+    results = run_sweep(sweep, "local", lines.append, scripted_trainers(), parallel=2)
     asks = Asks(machine_cpus() / 2, 0.0, 0.0, 2)
-    threads = asks.threads
-    assert sent == [([(1, "quickstart-s0", threads), (2, "quickstart-grpo-s0", threads)], 2, "local", asks)]
-    assert [r.status for r in results] == ["ran", "ran"]
+    assert sent == [([(2, "quickstart-grpo-s0", asks.threads)], 2, "local", asks)]
+    assert [(r.name, r.status) for r in results] == [
+        ("quickstart-s0", "skipped"),
+        ("quickstart-grpo-s0", "ran"),
+    ]
     assert not any(": starting" in line for line in lines)  # none ran one after another here
+
+
+def test_the_last_line_counts_refused_cells(repo, tmp_path):
+    sweep = one_by_two(repo, tmp_path)
+    run_sweep(sweep, say=lambda line: None, trainers=scripted_trainers())
+    changed = sweep.model_copy(update={"overrides": (*TINY, "trainer.steps=4")})
+    lines: list[str] = []
+    results = run_sweep(changed, say=lines.append, trainers=scripted_trainers())
+    assert [(r.status, r.seconds) for r in results] == [("refused", 0.0), ("refused", 0.0)]
+    assert lines[-1].startswith("sweep tiny: 2 refused; `pats sweep status ")
