@@ -46,9 +46,18 @@ def test_written_where_the_folder_does_not_exist_yet_and_read_back(tmp_path):
     assert read_status(tmp_path) is None  # unreadable: as if none
 
 
+SIGNALS_DEFAULT = (
+    "import signal\n"
+    "for s in signal.valid_signals():\n"
+    "    try: signal.signal(s, signal.SIG_DFL)\n"
+    "    except (OSError, ValueError): pass\n"
+)
+
+
 def test_a_running_record_is_gone_only_where_its_process_on_this_machine_is(monkeypatch):
     here = socket.gethostname()
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # every signal back to its default action (a run under nohup ignores SIGHUP), so one sent would end it
+    alive = subprocess.Popen([sys.executable, "-c", SIGNALS_DEFAULT + "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
