@@ -447,7 +447,15 @@ def test_the_messages_read_whole(check):
 
 def test_with_no_cards_the_message_says_there_are_none(count_tokens):
     problems = validate_edits(
-        [add(SKILLS[0])], E, ENTRIES, [], count_tokens, removal=True, min_citations=0, task_type="twc"
+        [add(SKILLS[0])],
+        E,
+        ENTRIES,
+        [],
+        count_tokens,
+        removal=True,
+        min_citations=0,
+        task_type="twc",
+        plans_per_review=0,
     )
     assert problems == [
         f"edit 0 (ADD skill type:twc): cites unknown card '{c}'; cite ids of this step's cards "
@@ -524,7 +532,15 @@ def test_an_update_is_checked_against_every_entry_not_just_up_to_one_updated_lat
     # Edit 0 copies a3; a2, between them in order, is updated by the later edit 1 (skipped for edit 0).
     edits = [update("a1", entries[2].text), update("a2", "Drop what you do not need.")]
     problems = validate_edits(
-        edits, R, entries, CARDS, count_tokens, removal=True, min_citations=2, task_type="twc"
+        edits,
+        R,
+        entries,
+        CARDS,
+        count_tokens,
+        removal=True,
+        min_citations=2,
+        task_type="twc",
+        plans_per_review=0,
     )
     assert len(problems) == 1 and "edit 0 (UPDATE a1): text is a near-duplicate of entry 'a3'" in problems[0]
 

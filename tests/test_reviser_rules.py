@@ -92,6 +92,7 @@ def valid(count_tokens):
             removal=removal,
             min_citations=min_citations,
             task_type=task_type,
+            plans_per_review=0,
         )
         assert problems == [], problems
         return edits

@@ -104,7 +104,7 @@ def validate_edits(
     task_type: str,
     task_plans: bool = True,
     add_only: bool = False,
-    plans_per_review: int = 0,
+    plans_per_review: int,
 ) -> list[str]:
     """Every problem of one task type's edit set for this mode (empty list: valid); the store's rules
     (`edit_problems`) are among them, checked within the type's entries and scopes."""
@@ -252,7 +252,7 @@ def _citation_problems(edits: Sequence[AnyEdit], card_ids: set[str], min_citatio
     return problems
 
 
-def counted_skills(adds: Sequence[AddEdit], plans_per_review: int = 0) -> list[int]:
+def counted_skills(adds: Sequence[AddEdit], plans_per_review: int) -> list[int]:
     """Positions in `adds` of the ADDs that count against a mode's skill budget: every skill, and every
     plan past the first `plans_per_review` (scaffold.plans_per_review; 0: plans count as skills)."""
     free = [i for i, a in enumerate(adds) if a.kind == "plan"][:plans_per_review]
@@ -260,7 +260,7 @@ def counted_skills(adds: Sequence[AddEdit], plans_per_review: int = 0) -> list[i
 
 
 def _mode_problems(
-    edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool, plans_per_review: int = 0
+    edits: Sequence[AnyEdit], mode: ReviewMode, removal: bool, plans_per_review: int
 ) -> list[str]:
     budget = MODE_BUDGETS[mode]
     problems = []
