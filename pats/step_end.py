@@ -108,6 +108,9 @@ class StepEnd:
     ) -> None:
         """The step's groups, review and new version to the event log; its metrics to every sink."""
         write_review(self.events, step, groups, committed.result, committed.version)
+        # on disk before the evaluation that may follow (an hour on a loaded CPU): `pats sweep status`
+        # reads a step whose review is logged and whose end is not as evaluating
+        self.events.flush()
         for sink in self.sinks:
             sink.log(step, metrics)
             if committed.version is not None:

@@ -1,7 +1,8 @@
 """`pats sweep status SWEEP` (pats.sweep.status), from the mutation run of status.py: each row
 `status_rows` makes (a cell with no folder, pending or missing; a folder with no record, run before
 issue 49; a record, with a running one whose process is gone read as interrupted, a failed one's
-error and log, a live one's host and pid, and its final evaluation), the whole printed table, the duration formatter, the
+error and log, a live one's host and pid, and whether it is evaluating: its step's review logged, not
+its end, and an evaluation due after that step), the whole printed table, the duration formatter, the
 refusal of a folder with no manifest, and the row being frozen."""
 
 from __future__ import annotations
@@ -33,15 +34,19 @@ def _cell(name: str, run_dir: str) -> ManifestCell:
     return ManifestCell(name=name, condition="c", seed=0, spec="spec.yaml", overrides=(), run_dir=run_dir)
 
 
-def _run(repo: Path, run_dir: Path, ends: int | None) -> None:
-    """spec.yaml (3 steps) and, unless `ends` is None, events.jsonl with that many step ends."""
+def _run(repo: Path, run_dir: Path, ends: int | None, reviewed: bool = False, every: int = 3) -> None:
+    """spec.yaml (3 steps, an evaluation every `every`) and, unless `ends` is None, events.jsonl with
+    that many step ends and, with `reviewed`, the next step's review logged (its groups), not its end."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    spec = load_spec(repo / "experiments/quickstart.yaml", ["trainer.steps=3"])
+    spec = load_spec(repo / "experiments/quickstart.yaml", ["trainer.steps=3", f"eval.every={every}"])
     (run_dir / "spec.yaml").write_text(spec_to_yaml(spec))
     if ends is not None:
         log = EventLog(run_dir / "events.jsonl")
         for step in range(ends):
+            log.write(step, "groups", groups=[])
             log.end_step(step)
+        if reviewed:
+            log.write(ends, "groups", groups=[])
         log.close()
 
 
@@ -57,7 +62,7 @@ def sweep(tmp_path, repo, dead_pid) -> Path:
     folder = tmp_path / "sw"
     folder.mkdir()
     here = socket.gethostname()
-    names = "a-old b-miss c-bare d-start e-done f-intr g-fail h-fail0 i-run j-fin k-pend l-eval m-new".split()
+    names = "a-old b-miss c-bare d-start e-done f-intr g-fail h-fail0 i-run j-fin k-pend l-eval m-new n-mid o-rev".split()
     cells = [_cell(n, str(folder / n) if n == "a-old" else n) for n in names]
     write_manifest(folder, "sw", cells, ())
     (folder / "c-bare").mkdir()  # a folder, no spec, no record
@@ -78,10 +83,13 @@ def sweep(tmp_path, repo, dead_pid) -> Path:
     )
     write_status(folder / "j-fin", CellStatus(status="finished", started=T0, ended=T0 + 3599, how="ran"))
     write_status(folder / "k-pend", CellStatus(status="pending"))
-    _run(repo, folder / "l-eval", 3)
-    write_status(
-        folder / "l-eval", CellStatus(status="running", started=T0, ended=T0 + 60, host=here, pid=os.getpid())
-    )
+    running = CellStatus(status="running", started=T0, ended=T0 + 60, host=here, pid=os.getpid())
+    _run(repo, folder / "l-eval", 2, reviewed=True)  # the last step reviewed, not ended: evaluating
+    write_status(folder / "l-eval", running)
+    _run(repo, folder / "n-mid", 1, reviewed=True, every=2)  # step 2 of 3 reviewed, an evaluation due
+    write_status(folder / "n-mid", running)
+    _run(repo, folder / "o-rev", 1, reviewed=True)  # step 2 of 3 reviewed, no evaluation due
+    write_status(folder / "o-rev", running)
     # just started: no spec yet, so no steps to have ended
     write_status(
         folder / "m-new", CellStatus(status="running", started=T0, ended=T0 + 1, host=here, pid=os.getpid())
@@ -103,15 +111,17 @@ def test_every_kind_of_row(sweep, dead_pid):
         StatusRow("i-run", "running", "2/3", STAMP, 59.0, f"on {here}, pid {pid}"),
         StatusRow("j-fin", "finished", "-", STAMP, 3599.0, ""),
         StatusRow("k-pend", "pending", "-", "-", None, ""),
-        StatusRow("l-eval", "running", "3/3", STAMP, 60.0, f"on {here}, pid {pid}; in its final evaluation"),
+        StatusRow("l-eval", "running", "2/3", STAMP, 60.0, f"on {here}, pid {pid}; in its final evaluation"),
         StatusRow("m-new", "running", "-", STAMP, 1.0, f"on {here}, pid {pid}"),
+        StatusRow("n-mid", "running", "1/3", STAMP, 60.0, f"on {here}, pid {pid}; evaluating after step 2"),
+        StatusRow("o-rev", "running", "1/3", STAMP, 60.0, f"on {here}, pid {pid}"),
     ]
 
 
 def test_the_whole_table(sweep, dead_pid):
     here, pid = socket.gethostname(), os.getpid()
     assert status_table(sweep) == "\n".join([
-        f"sweep {sweep}: 13 cells, 3 pending, 1 missing, 1 started, 2 finished, 1 interrupted, 2 failed, 3 running",
+        f"sweep {sweep}: 15 cells, 3 pending, 1 missing, 1 started, 2 finished, 1 interrupted, 2 failed, 5 running",
         "cell     status       steps  started              time    note",
         "a-old    pending      -      -                    -",
         f"b-miss   missing      -      -                    -       {MISSING_NOTE}",
@@ -124,8 +134,10 @@ def test_the_whole_table(sweep, dead_pid):
         f"i-run    running      2/3    {STAMP}  59s     on {here}, pid {pid}",
         f"j-fin    finished     -      {STAMP}  59m59s",
         "k-pend   pending      -      -                    -",
-        f"l-eval   running      3/3    {STAMP}  1m00s   on {here}, pid {pid}; in its final evaluation",
+        f"l-eval   running      2/3    {STAMP}  1m00s   on {here}, pid {pid}; in its final evaluation",
         f"m-new    running      -      {STAMP}  1s      on {here}, pid {pid}",
+        f"n-mid    running      1/3    {STAMP}  1m00s   on {here}, pid {pid}; evaluating after step 2",
+        f"o-rev    running      1/3    {STAMP}  1m00s   on {here}, pid {pid}",
     ])  # fmt: skip
 
 
@@ -147,3 +159,28 @@ def test_a_row_is_frozen():
     row = StatusRow("a", "pending", "-", "-", None, "")
     with pytest.raises(dataclasses.FrozenInstanceError):
         row.status = "failed"  # type: ignore[misc]
+
+
+def test_a_run_reads_as_evaluating_while_its_evaluations_play(repo, tmp_path):
+    """The engine puts a step's review on disk before the evaluation after it, so `pats sweep status`
+    sees it while the evaluation plays (the event log is buffered until the step's end otherwise)."""
+    from pats.engine.run import new_run
+    from pats.sweep.status import _progress
+    from pats.testing.fakes import ScriptedBackend, improving_schedule
+    from pats.testing.sweep import train_on_fakes
+
+    overrides = ["trainer.steps=3", "trainer.tasks_per_step=2", "eval.every=2", "eval.gap_tasks=0",
+                 "logging.wandb=disabled", "logging.progress=false", f"logging.root={tmp_path}"]  # fmt: skip
+    # plain GRPO: a step logs its groups and no cards, a line that stays in the buffer unless flushed
+    spec = load_spec(repo / "experiments/baselines/grpo.yaml", overrides)
+    run_dir = new_run(spec)
+    seen = []
+
+    class Watched(ScriptedBackend):
+        async def evaluate(self, tasks, views):
+            seen.append(_progress(run_dir))
+            return await super().evaluate(tasks, views)
+
+    train_on_fakes(spec, run_dir, None, lambda s: Watched(improving_schedule(), seed=s.seed))
+    # before training (no step reviewed), after step 2 of 3 (reviewed, not ended), after the last
+    assert sorted({(p.done, p.evaluating_after) for p in seen}, key=str) == [(0, None), (1, 1), (2, 2)]

@@ -79,7 +79,7 @@ class Engine:
                 "train/env_fault_groups_dropped": float(len(groups) - len(trained)),
             }
             end.log(step, groups, committed, metrics)
-            if (step + 1) % self.spec.eval.every == 0 or step + 1 == tr.steps:
+            if self.spec.evaluates_after(step):
                 await self.evaluate(step)
             end.end(step, metrics)
             due = (step + 1) % tr.checkpoint_every == 0 or step + 1 == tr.steps

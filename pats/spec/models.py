@@ -574,6 +574,11 @@ class ExperimentSpec(SpecModel):
         first = self.eval.first_task
         return slice(first, first + (self.eval.num_tasks or self.environment.num_eval_tasks - first))
 
+    def evaluates_after(self, step: int) -> bool:
+        """Whether the held-out evaluation runs after step `step` (0-based): every `eval.every` steps and
+        after the last."""
+        return (step + 1) % self.eval.every == 0 or step + 1 == self.trainer.steps
+
     def eval_batch(self) -> int:
         """Held-out games played at once: as many episodes as a training step plays (tasks_per_step x
         group_size), whole games, at least one. The local backend keeps an environment (a

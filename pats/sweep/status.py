@@ -1,6 +1,6 @@
 """`pats sweep status SWEEP`: one line per cell of a sweep folder (its manifest's cells, in order): its
 status, steps done, when it started, how long it ran (or has run), and for a failed cell its error and
-its log; a running cell whose every step has ended is in its final evaluation.
+its log; a running cell says when it is evaluating (its step's review logged, not its end).
 
 The status is the cell's record (CELL/status.json), except: a `running` record whose process on this
 machine is gone reads `interrupted`; a cell with no record was run by pats before issue 49 (finished
@@ -45,7 +45,8 @@ def status_rows(folder: Path) -> list[StatusRow]:
             note = "" if status == "pending" else "its folder is not here (copied or moved without it?)"
             rows.append(StatusRow(cell.name, status, "-", "-", None, note))
             continue
-        done, planned = _steps(run_dir)
+        progress = _progress(run_dir)
+        done, planned = progress.done, progress.planned
         steps = f"{done}/{planned}" if planned else "-"
         record = read_status(run_dir)
         if record is None:
@@ -59,25 +60,43 @@ def status_rows(folder: Path) -> list[StatusRow]:
         elif record.status == "failed":
             note = f"{record.error.splitlines()[0] if record.error else 'failed'}; log: {run_dir / LOG}"
         elif record.status == "running":
-            # every step's end is logged, so what remains is the final evaluation (specs without
-            # progress lines print nothing while it plays)
-            phase = "; in its final evaluation" if planned and done == planned else ""
-            note = f"on {record.host}, pid {record.pid}{phase}"
+            # (specs without progress lines print nothing while an evaluation plays, an hour or more)
+            note = f"on {record.host}, pid {record.pid}" + _evaluating(progress)
         rows.append(StatusRow(cell.name, state, steps, stamp(record.started), record.seconds, note))
     return rows
 
 
-def _steps(run_dir: Path) -> tuple[int, int]:
-    """(steps whose end is logged, steps planned); (0, 0) before the run's spec.yaml was written."""
-    from pats.logging.events import StepEndEvent, read_events
+@dataclass(frozen=True)
+class _Progress:
+    done: int  # steps whose end is logged
+    planned: int  # 0 before the run's spec.yaml was written
+    evaluating_after: int | None  # a step whose review is logged, not its end, and an evaluation follows
+
+
+def _progress(run_dir: Path) -> _Progress:
+    from pats.logging.events import GroupsEvent, StepEndEvent, read_events
     from pats.spec import load_spec
 
     if not (run_dir / "spec.yaml").is_file():
-        return 0, 0
-    planned = load_spec(run_dir / "spec.yaml").trainer.steps
+        return _Progress(0, 0, None)
+    spec = load_spec(run_dir / "spec.yaml")
     events = run_dir / "events.jsonl"
-    done = len({e.step for e in read_events(events, StepEndEvent)}) if events.is_file() else 0
-    return done, planned
+    if not events.is_file():
+        return _Progress(0, spec.trainer.steps, None)
+    ended = {e.step for e in read_events(events, StepEndEvent)}
+    reviewed = {e.step for e in read_events(events, GroupsEvent)} - ended
+    last = max(reviewed, default=None)
+    evaluating = last if last is not None and spec.evaluates_after(last) else None
+    return _Progress(len(ended), spec.trainer.steps, evaluating)
+
+
+def _evaluating(progress: _Progress) -> str:
+    step = progress.evaluating_after
+    if step is None:
+        return ""
+    return (
+        "; in its final evaluation" if step + 1 == progress.planned else f"; evaluating after step {step + 1}"
+    )
 
 
 def status_table(folder: Path) -> str:
