@@ -1,7 +1,14 @@
 """A cell's output teed at the file descriptors (pats.sweep.logs.tee_output), seen from outside the
 process: each line reaches the terminal after the cell's prefix (none by default) and the log as
 printed, lines a carriage return ends (progress bars) are passed on without waiting for a newline,
-and after the block stdout and stderr go where they went before. From the mutation run of logs.py."""
+a line written in pieces reaches the log whole, and after the block stdout and stderr go where they
+went before, with no descriptor left open. From the mutation runs of logs.py.
+
+stdout and stderr have a pipe and a pump each, so the order of two lines written moments apart on
+different streams is a race. The child scripts here do not sleep and hope: before writing on the other
+stream they wait until the log holds the line before (`landed`) or until the pump has read the pipe
+empty (`drained`), so each test's outcome is the same on an idle machine and a loaded one (a timed
+version of these tests let mutants through under load)."""
 
 from __future__ import annotations
 
@@ -9,20 +16,42 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = textwrap.dedent(
+# Defined in each child: wait for the log to end with `tail`, or for the pump to have read what was
+# written on `fd`, for at most WAIT_S (a mutant that never copies fails the test then, not hangs it).
+WAIT = textwrap.dedent(
     """
-    import os, sys, time
+    import fcntl, os, struct, sys, termios, time
     from pathlib import Path
     from pats.sweep.logs import tee_output
 
+    WAIT_S = 3.0
+
+    def until(done, what):
+        deadline = time.monotonic() + WAIT_S
+        while not done():
+            if time.monotonic() > deadline:
+                sys.exit(f"waited {WAIT_S} s for {what}")
+            time.sleep(0.005)
+
+    def landed(tail):
+        until(lambda: Path(sys.argv[1]).read_bytes().endswith(tail), f"the log to end with {tail!r}")
+
+    def drained(fd):  # the bytes not yet read from the pipe behind fd (FIONREAD works on either end)
+        until(lambda: struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\\0" * 4))[0] == 0,
+              f"the pump to read fd {fd}")
+    """
+)
+
+SCRIPT = WAIT + textwrap.dedent(
+    """
     with tee_output(Path(sys.argv[1]), *sys.argv[2:]):
         os.write(1, b"one\\ntwo\\n")
         print("three")
-        time.sleep(1)  # stdout and stderr have a pump each: lines written moments apart may swap
+        landed(b"three\\n")
         os.write(2, b"bar 1/2\\r")
-        time.sleep(1)
+        landed(b"bar 1/2\\r")  # a carriage return ends a line: it is not held for a newline
         os.write(1, b"four\\n")
-        time.sleep(1)
+        landed(b"four\\n")
         os.write(2, b"bar 2/2\\n")
     print("after out")
     print("after err", file=sys.stderr)
@@ -30,39 +59,83 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def teed(tmp_path, *prefix: str) -> tuple[str, str, str]:
+def child(tmp_path, script: str, *args: str) -> tuple[str, str, str]:
+    """Run `script` with the log's path and `args`; its stdout, stderr and log (bytes decoded: '\r' kept)."""
     log = tmp_path / "log.txt"
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(log), *prefix], capture_output=True, timeout=60,
-                          check=True)  # fmt: skip
-    return done.stdout.decode(), done.stderr.decode(), log.read_bytes().decode()  # bytes: '\r' kept
+    done = subprocess.run([sys.executable, "-c", script, str(log), *args], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode(), done.stderr.decode(), log.read_bytes().decode()
 
 
 def test_each_line_after_the_prefix_on_the_terminal_as_printed_in_the_log(tmp_path):
-    out, err, log = teed(tmp_path, "[cell] ")
+    out, err, log = child(tmp_path, SCRIPT, "[cell] ")
     assert out == "[cell] one\n[cell] two\n[cell] three\n[cell] four\nafter out\n"
     assert err == "[cell] bar 1/2\r[cell] bar 2/2\nafter err\n"
     assert log == "one\ntwo\nthree\nbar 1/2\rfour\nbar 2/2\n"  # the progress line before 'four'
 
 
 def test_no_prefix_by_default(tmp_path):
-    out, err, log = teed(tmp_path)
+    out, err, log = child(tmp_path, SCRIPT)
     assert out == "one\ntwo\nthree\nfour\nafter out\n" and err == "bar 1/2\rbar 2/2\nafter err\n"
+
+
+def test_a_line_written_in_pieces_is_not_cut_by_the_other_streams_lines(tmp_path):
+    """A line's first piece is read by its pump on its own (the pipe drained) before the other stream
+    writes a whole line and its second piece follows: the log holds the other line, then this one whole."""
+    script = WAIT + textwrap.dedent(
+        """
+        with tee_output(Path(sys.argv[1]), prefix="[c] "):
+            os.write(1, b"part one, ")
+            drained(1)
+            os.write(2, b"a warning\\n")
+            landed(b"a warning\\n")
+            os.write(1, b"part two\\n")
+        """
+    )
+    out, err, log = child(tmp_path, script)
+    assert log.splitlines() == ["a warning", "part one, part two"]
+    assert (out, err) == ("[c] part one, part two\n", "[c] a warning\n")
 
 
 def test_python_text_reaches_the_descriptor_at_once_in_order_with_other_writers(tmp_path):
     """A write without its newline is not held back in Python: a child's (or C library's) line written
     after it follows it in the log."""
-    script = textwrap.dedent(
+    script = WAIT + textwrap.dedent(
         """
-        import os, sys
-        from pathlib import Path
-        from pats.sweep.logs import tee_output
-
         with tee_output(Path(sys.argv[1])):
             sys.stdout.write("partial, ")
             os.write(1, b"then a descriptor's line\\n")
         """
     )
-    log = tmp_path / "log.txt"
-    subprocess.run([sys.executable, "-c", script, str(log)], capture_output=True, timeout=60, check=True)
-    assert log.read_text() == "partial, then a descriptor's line\n"
+    assert child(tmp_path, script)[2] == "partial, then a descriptor's line\n"
+
+
+def test_text_that_cannot_be_encoded_is_replaced_not_raised(tmp_path):
+    """A lone surrogate (from a file name read with surrogateescape, say) printed inside the block is
+    written as '?', as a terminal's stream would, and does not end the cell."""
+    script = WAIT + textwrap.dedent(
+        """
+        with tee_output(Path(sys.argv[1])):
+            print("name: \\udcff")
+        """
+    )
+    out, _, log = child(tmp_path, script)
+    assert out == log == "name: ?\n"
+
+
+def test_the_block_leaves_no_descriptor_open(tmp_path):
+    """The log and the saved copies of fd 1 and 2 are closed once the pumps are done: a sweep runs its
+    cells in one process, and each cell would otherwise keep three descriptors."""
+    script = WAIT + textwrap.dedent(
+        """
+        before = sorted(os.listdir("/proc/self/fd"))
+        for i in range(3):
+            with tee_output(Path(sys.argv[1])):
+                print(i)
+        after = sorted(os.listdir("/proc/self/fd"))
+        print(len(before), len(after), file=sys.stderr)
+        """
+    )
+    _, err, log = child(tmp_path, script)
+    opened, left = err.split()
+    assert log == "0\n1\n2\n" and left == opened

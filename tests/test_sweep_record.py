@@ -112,23 +112,3 @@ def test_the_log_holds_what_child_processes_print_and_the_terminal_gets_the_pref
     print("after")  # the descriptors are back
     assert capfd.readouterr().out == "after\n" and log.read_text().count("after") == 0
     assert Path(log).stat().st_size > 0
-
-
-def test_a_line_written_in_pieces_is_not_cut_by_the_other_streams_lines(tmp_path, capfd):
-    """stdout and stderr are copied by a pump each: a line goes to the log whole, so another stream's
-    line written while it was half done lands before or after it, never inside it."""
-    import subprocess
-    import sys
-
-    child = (
-        "import sys, time\n"
-        "sys.stdout.write('part one, '); sys.stdout.flush(); time.sleep(0.3)\n"
-        "sys.stderr.write('a warning\\n'); sys.stderr.flush(); time.sleep(0.3)\n"
-        "sys.stdout.write('part two\\n'); sys.stdout.flush()\n"
-    )
-    log = tmp_path / "log.txt"
-    with tee_output(log, prefix="[c] "):
-        subprocess.run([sys.executable, "-c", child], check=True)
-    assert log.read_text().splitlines() == ["a warning", "part one, part two"]
-    shown = capfd.readouterr()
-    assert (shown.out, shown.err) == ("[c] part one, part two\n", "[c] a warning\n")
