@@ -12,10 +12,13 @@ import pytest
 
 from pats.compare import compare, read_run, run_dirs
 from pats.compare.output import csv_text, markdown
+from pats.compare.runs import condition_of
 from pats.errors import PrerequisiteError
 from pats.logging.events import EvalEvent, EventLog, read_events
+from pats.scaffold.store import ScaffoldStore
 from pats.spec import load_spec, spec_to_yaml
 from pats.stats import Interval, wilson
+from pats.types import AddEdit
 
 
 def craft(
@@ -29,9 +32,12 @@ def craft(
     steps=None,
     at_start=None,
     overrides=(),
+    guidance: str | None = None,
 ) -> Path:
     """A run folder as pats writes one: spec.yaml, and events.jsonl with an evaluation of the untrained
-    policy (`at_start`, step -1) if given, step ends, and a last evaluation (`heldout`; None: none)."""
+    policy (`at_start`, step -1) if given, step ends, and a last evaluation (`heldout`; None: none); a
+    run with a scaffold also gets one scaffold version at step 0 holding `guidance` (default: the
+    condition's name, so each condition's history is its own)."""
     spec = load_spec(
         repo / "experiments/quickstart.yaml",
         [f"name={name}", f"seed={seed}", f"scaffold.mode={mode}", *overrides],
@@ -49,6 +55,10 @@ def craft(
     if heldout is not None:
         log.write(len(steps) - 1, "eval", metrics={"eval/success": 0.0}, outcomes=heldout, **extra)
     log.close()
+    if mode != "none":
+        text = guidance if guidance is not None else f"guidance of {condition_of(name, seed)}"
+        store = ScaffoldStore(len, 100, run_dir / "scaffold")
+        store.seed([AddEdit(kind="skill", scope="general", text=text)], step=0)
     return run_dir
 
 

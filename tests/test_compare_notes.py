@@ -147,3 +147,57 @@ def test_each_runs_state_is_noted_only_where_it_is_not_the_whole_run(tmp_path, r
     assert compare([done, later]).notes[-1] == (
         "The runs' last evaluations measured different steps' checkpoints: [2, 5]."
     )
+
+
+ALIKE = "trained alike in"
+DIFFER = (
+    "Every pair of conditions with the same environment, policy, trainer and warm start showed the policy "
+    "different scaffold histories in each seed they share."
+)
+
+
+def test_conditions_with_the_same_scaffold_history_in_a_seed_are_one_result_there(tmp_path, repo):
+    """Two scaffold conditions whose reviews wrote the same guidance in seed 0 (different in seed 1), as
+    two card ablations would where the ablated card never changed an edit."""
+    for seed in (0, 1):
+        craft(tmp_path, repo, f"grpo-s{seed}", seed, "none", games("10"))
+        craft(tmp_path, repo, f"pats-s{seed}", seed, "pats", games("11"), guidance="explore first")
+        same = "explore first" if seed == 0 else "take the key"
+        craft(tmp_path, repo, f"nocontrast-s{seed}", seed, "pats", games("11"), guidance=same)
+    notes = [n for n in compared(tmp_path).notes if ALIKE in n or n == DIFFER]
+    assert notes == [
+        "nocontrast and pats trained alike in seed 0: the same environment, policy, trainer and warm start, and "
+        "the same scaffold history (the same versions at the same steps, or none), so there they are one "
+        "result, not two (`pats scaffold CELL` shows a cell's versions)."
+    ]
+
+
+def test_a_history_differs_by_the_step_a_version_came_at_too(tmp_path, repo):
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), guidance="explore first")
+    late = craft(tmp_path, repo, "later-s0", 0, "pats", games("11"), guidance="explore first")
+    (version,) = (late / "scaffold" / "versions").iterdir()
+    version.write_text(version.read_text().replace('"step": 0', '"step": 2'))
+    assert read_run(late).scaffold_history == ((2, read_run(tmp_path / "pats-s0").scaffold_history[0][1]),)
+    assert [n for n in compared(tmp_path).notes if ALIKE in n or n == DIFFER] == [DIFFER]
+
+
+def test_runs_that_differ_in_training_settings_are_not_called_alike(tmp_path, repo):
+    """A learning-rate sweep without a scaffold: every history is empty, yet the runs trained differently,
+    so there is no note either way."""
+    for lr in ("1e-4", "3e-4"):
+        craft(tmp_path, repo, f"lr{lr}-s0", 0, "none", games("10"), overrides=[f"trainer.lr={lr}"])
+    assert not [n for n in compared(tmp_path).notes if ALIKE in n or n == DIFFER]
+    craft(
+        tmp_path,
+        repo,
+        "plain-s0",
+        0,
+        "none",
+        games("10"),
+        overrides=["trainer.lr=1e-4", "eval.at_start=true"],
+    )
+    assert [n for n in compared(tmp_path).notes if ALIKE in n] == [
+        "lr1e-4 and plain trained alike in seed 0: the same environment, policy, trainer and warm start, and "
+        "the same scaffold history (the same versions at the same steps, or none), so there they are one "
+        "result, not two (`pats scaffold CELL` shows a cell's versions)."
+    ]  # the evaluation settings are not training's

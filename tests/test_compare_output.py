@@ -17,7 +17,8 @@ from pats.compare.output import INTERVALS, csv_text, markdown
 # pats: seed 0 (train success 0.2, 0.4; ADD 2, UPDATE 1, DELETE 1; 3 entries and 40 tokens at the end),
 # seed 1 (0.4, 0.6; 5 entries, 60 tokens), so 0.400, 4.0, 50.0, 2.0 edits and 0.5 removals over seeds;
 # informative groups and prompt tokens reported by seed 0 only. grpo: no scaffold, 0 of 2 games won in
-# each seed (Wilson [0, 0.658]). late: never evaluated on held-out games. The intervals of pats are
+# each seed (Wilson [0, 0.658]). late: never evaluated on held-out games, and without a scaffold, as
+# grpo: the two trained alike (a note says so). The intervals of pats are
 # those of test_compare's hand computation.
 STEPS = {
     0: [{"train/success": 0.2, "edits/ADD": 2.0, "edits/DELETE": 1.0, "scaffold/entries": 1.0,
@@ -56,6 +57,7 @@ NOTES = """\
 - Baseline: grpo (named).
 - No untrained row for grpo, late, pats: none of their cells evaluated the untrained policy (eval.at_start).
 - late: no run of seed 1 (other conditions have it); its row rests on no seed.
+- grpo and late trained alike in seed 0: the same environment, policy, trainer and warm start, and the same scaffold history (the same versions at the same steps, or none), so there they are one result, not two (`pats scaffold CELL` shows a cell's versions).
 - late-s0: no held-out evaluation of a trained checkpoint with per-game outcomes; left out of the intervals.
 - pats-s0: 2 of 3 steps done (still going or stopped).
 - pats-s1: 2 of 3 steps done (still going or stopped).

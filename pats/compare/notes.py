@@ -112,6 +112,36 @@ def difference_notes(
     return notes
 
 
+def history_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """Conditions that trained alike in a seed: the same environment, policy, trainer and warm start, and
+    the same scaffold history (every version's step and content, or none at all), so the policy was
+    shown the same prompts there whatever else their specs say: one result, not two. When every such
+    pair differs, a note says so, as the check a comparison of methods rests on."""
+    notes = []
+    compared = 0  # (pair, seed) with the same setup: whose histories tell whether the pair differed
+    names = list(groups)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            theirs = {r.seed: r for r in groups[b]}
+            same = [
+                (r, theirs[r.seed]) for r in groups[a] if r.seed in theirs and r.setup == theirs[r.seed].setup
+            ]
+            compared += len(same)
+            alike = sorted(r.seed for r, t in same if r.scaffold_history == t.scaffold_history)
+            if alike:
+                notes.append(
+                    f"{a} and {b} trained alike in {seeds_text(alike)}: the same environment, policy, trainer "
+                    "and warm start, and the same scaffold history (the same versions at the same steps, or "
+                    "none), so there they are one result, not two (`pats scaffold CELL` shows a cell's versions)."
+                )
+    if compared and not notes:
+        notes.append(
+            "Every pair of conditions with the same environment, policy, trainer and warm start showed the "
+            "policy different scaffold histories in each seed they share."
+        )
+    return notes
+
+
 def run_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
     """Runs still going or stopped, runs without held-out outcomes, outcomes from `pats eval`, and last
     evaluations of different steps."""

@@ -11,6 +11,7 @@ larger held-out set, say), its `report/outcomes_eval.json`. The evaluation befor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,12 @@ class RunRecord:
     curves: dict[str, tuple[tuple[int, float], ...]]  # metric -> (step, value), steps and evaluations
     at_start: Outcomes  # the untrained policy's, without the scaffold (eval.at_start; {}: none)
     start: Start  # what that evaluation depends on, but the seed
+    # What the policy was trained on: each scaffold version after the empty one as (step, content
+    # hash), () for a run that never had guidance; and the spec's parts training depends on besides the
+    # scaffold (environment, policy, trainer, warm start) as JSON. Two runs of a seed equal in both saw
+    # the same prompts: pats.compare.notes.history_notes.
+    scaffold_history: tuple[tuple[int, str], ...]
+    setup: str
 
 
 CURVES = ("train/success", "train/informative_fraction", "scaffold/tokens")
@@ -105,7 +112,24 @@ def read_run(run_dir: Path) -> RunRecord:
         curves={k: v for k, v in curves.items() if v},
         at_start=dict(before.outcomes) if before else {},
         start=start_of(spec),
+        scaffold_history=_scaffold_history(run_dir),
+        setup=json.dumps(spec.model_dump(mode="json", include=SETUP), sort_keys=True),
     )
+
+
+SETUP = {
+    "environment",
+    "policy",
+    "trainer",
+    "warm_start",
+}  # the spec but the scaffold's making and evaluation
+
+
+def _scaffold_history(run_dir: Path) -> tuple[tuple[int, str], ...]:
+    from pats.scaffold.store import ScaffoldStore
+
+    store = ScaffoldStore.open(run_dir / "scaffold", count_tokens=len, view_tokens=1)  # none there: empty
+    return tuple((v.step, v.hash) for v in store.versions()[1:])
 
 
 def _pats_eval(run_dir: Path):

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from statistics import fmean
 
-from pats.compare.notes import difference_notes, intervals_notes, run_notes, seeds_notes
+from pats.compare.notes import difference_notes, history_notes, intervals_notes, run_notes, seeds_notes
 from pats.compare.records import BaselineDifference, Comparison, ConditionRow
 from pats.compare.runs import RunRecord
 from pats.compare.untrained import untrained_rows
@@ -113,6 +113,7 @@ def compare(
         notes += difference_notes(
             d.condition, d.baseline, groups[d.condition], groups[d.baseline], d.difference
         )
+    notes += history_notes(trained)
     notes += run_notes(trained)
     n = len(differences)
     if n == 1:
