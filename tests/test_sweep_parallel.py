@@ -7,6 +7,7 @@ worker dies failed and timed from its own start; Ray stopped at the end. Scripte
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -58,12 +59,14 @@ def test_parallel_2_runs_two_cells_at_once_on_a_local_ray(repo, tmp_path, capfd)
     assert "--- pats sweep: its Ray worker died" in (folder / dies / "log.txt").read_text()
 
     # each cell's line reached this terminal under its name; two cells' lines equal but for the name
-    # are both there (Ray would have merged them)
+    # are both there (Ray would have merged them); each ran at the sweep's niceness, not Ray's default
+    # of 15 more for its workers (a sweep started with `nice -n 10` had its cells at 19)
     out = capfd.readouterr().out
+    started = f"(threads 1, niceness {os.nice(0)})"
     for name in ("quickstart-s0", "quickstart-s1"):
-        assert any(f"({name} pid=" in line and f"scripted training of {name} (threads 1)" in line
+        assert any(f"({name} pid=" in line and f"scripted training of {name} {started}" in line
                    for line in out.splitlines()), out  # fmt: skip
-        assert f"scripted training of {name} (threads 1)" in (folder / name / "log.txt").read_text()
+        assert f"scripted training of {name} {started}" in (folder / name / "log.txt").read_text()
 
 
 def test_without_ray_the_sweep_names_the_extra_and_writes_nothing(repo, tmp_path, monkeypatch):

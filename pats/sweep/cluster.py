@@ -6,8 +6,9 @@ Each cell is one Ray task asking for CPUs, GPUs and memory (the sweep's `cpus`, 
 pats schedules nothing itself. A cell's spec that leaves `trainer.threads` unset gets the CPUs it asks
 for (at least 1), so N cells do not each start a thread per core. Ray's log de-duplication is off
 (RAY_DEDUP_LOGS=0: it merged the progress lines of different cells) and each line a cell prints comes
-to this terminal prefixed by Ray with the cell's name, `(quickstart-s0 pid=...)`. A worker that dies
-(out of memory, a crash) fails its cell only, timed from the cell's own start.
+to this terminal prefixed by Ray with the cell's name, `(quickstart-s0 pid=...)`. On a local Ray the
+cells run at the sweep's own niceness (Ray's default would add 15: RAY_worker_niceness=0 unless set). A
+worker that dies (out of memory, a crash) fails its cell only, timed from the cell's own start.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def run_ray(
     started_here = False
     if not ray.is_initialized():
         if address == "local":
+            # Ray starts its workers 15 niceness above its own (capped at 19): a sweep run with `nice -n 10`
+            # had its cells at 19, level with anything else niced. The cells take the sweep's niceness.
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(address="local", num_cpus=machine_cpus(), include_dashboard=False,
                      object_store_memory=OBJECT_STORE)  # fmt: skip
             started_here = True

@@ -39,8 +39,10 @@ class _SlowBackend(ScriptedBackend):
 
 def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "") -> Path:
     """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run); the
-    run named `dies` ends its process at its first update. It prints one line as it starts."""
-    print(f"scripted training of {spec.name} (threads {getattr(spec.trainer, 'threads', None)})", flush=True)
+    run named `dies` ends its process at its first update. It prints one line as it starts, with the
+    threads its spec gives it and the niceness of the process it runs in."""
+    threads = getattr(spec.trainer, "threads", None)
+    print(f"scripted training of {spec.name} (threads {threads}, niceness {os.nice(0)})", flush=True)
     return train_on_fakes(spec, run_dir, state, lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies))
 
 
