@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,28 @@ def test_the_block_leaves_no_descriptor_open(tmp_path):
     _, err, log = child(tmp_path, script)
     opened, left = err.split()
     assert log == "0\n1\n2\n" and left == opened
+
+
+def test_a_child_still_holding_the_pipe_is_waited_for_a_few_seconds_not_to_its_end(tmp_path):
+    """A process the cell started that outlives it (a server left running, say) keeps the pipes open:
+    the block waits JOIN_S for its last lines, then ends, and the cell's process can exit while the
+    child still runs (the pumps are daemon threads)."""
+    script = WAIT + textwrap.dedent(
+        """
+        import subprocess
+        from pats.sweep.logs import JOIN_S
+
+        child = "import time; time.sleep(JOIN_S + 3)".replace("JOIN_S", repr(JOIN_S))
+        start = time.monotonic()
+        with tee_output(Path(sys.argv[1])):
+            subprocess.Popen([sys.executable, "-c", child])  # holds the block's fd 1 and 2
+            print("early")
+        print(f"{JOIN_S} {time.monotonic() - start:.1f}", file=sys.stderr)
+        """
+    )
+    start = time.monotonic()
+    _, err, log = child(tmp_path, script)
+    exited = time.monotonic() - start
+    join_s, block_s = map(float, err.split())
+    assert log == "early\n"
+    assert join_s - 0.5 <= block_s < join_s + 2 and exited < join_s + 2.5  # not the child's JOIN_S + 3

@@ -17,6 +17,7 @@ import io
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -58,8 +59,9 @@ def tee_output(log_path: Path, prefix: str = "", header: str = "") -> Iterator[N
         sys.stdout, sys.stderr = streams
         for fd, copy in zip((1, 2), saved, strict=False):
             os.dup2(copy, fd)  # closes the pipe's last write end this process holds: the pump ends
+        deadline = time.monotonic() + JOIN_S  # for both pumps together, not each in turn
         for pump in pumps:
-            pump.join(JOIN_S)
+            pump.join(max(0.0, deadline - time.monotonic()))
         if not any(p.is_alive() for p in pumps):  # else a child still writes: the pumps keep their files
             log.close()
             for copy in saved:
