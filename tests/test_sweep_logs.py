@@ -169,3 +169,30 @@ def test_a_child_still_holding_the_pipe_is_waited_for_a_few_seconds_not_to_its_e
     assert log == "early\n"
     assert join_s - 0.5 <= block_s < join_s + 5  # JOIN_S, not the child's JOIN_S + 10
     assert not done.exists()  # the script exited while its child still ran
+
+
+def test_a_descriptor_that_cannot_be_copied_raises_its_own_error_and_gives_stdout_back(tmp_path):
+    """Out of descriptors (EMFILE: a long sweep with a leak somewhere) when fd 2 is to be saved, fd 1
+    already teed: the block raises that OSError, not an error of its own cleanup, and stdout is back
+    where it was."""
+    script = WAIT + textwrap.dedent(
+        """
+        copies = []
+        real_dup = os.dup
+
+        def dup(fd):
+            copies.append(fd)
+            if len(copies) == 2:
+                raise OSError(24, "Too many open files")
+            return real_dup(fd)
+
+        os.dup = dup
+        try:
+            with tee_output(Path(sys.argv[1])):
+                print("inside")
+        except OSError as err:
+            print(f"raised errno {err.errno}")
+        """
+    )
+    out, err, log = child(tmp_path, script)
+    assert (out, log) == ("raised errno 24\n", "")
