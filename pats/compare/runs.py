@@ -117,12 +117,8 @@ def read_run(run_dir: Path) -> RunRecord:
     )
 
 
-SETUP = {
-    "environment",
-    "policy",
-    "trainer",
-    "warm_start",
-}  # the spec but the scaffold's making and evaluation
+# The spec's sections training depends on: all but the scaffold's making, evaluation and logging.
+SETUP = {"environment", "policy", "trainer", "warm_start"}
 
 
 def _scaffold_history(run_dir: Path) -> tuple[tuple[int, str], ...]:
