@@ -83,7 +83,13 @@ class RunInterrupted(PatsError):
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)
+        self.signum = signum
         self.exit_code = 128 + signum  # the shell's convention for a process ended by a signal
+
+    def __reduce__(self):
+        # pickled as (message, signum): a cell stopped in a Ray worker reaches the sweep as itself, where
+        # the default (the message alone) could not be unpickled and the cell was recorded as failed
+        return (type(self), (str(self), self.signum))
 
 
 class SpecNotice(UserWarning):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import signal
 import sys
 
 import pytest
 
-from pats.errors import PrerequisiteError
+from pats.errors import PrerequisiteError, RunInterrupted
 from pats.sweep import SweepSpec, run_sweep
 from pats.testing.sweep import scripted_trainers
 
@@ -90,3 +92,46 @@ def test_parallel_shares_the_machine_and_takes_no_cpus_of_its_own(repo, capsys):
     assert "give it without --ray ADDRESS, --cpus and --gpus" in capsys.readouterr().err
     assert main(["sweep", quickstart, "--dry-run"]) == 0
     assert "trainer.threads" not in capsys.readouterr().out  # one after another: the spec's own
+
+
+def test_run_interrupted_survives_pickling_with_its_exit_code():
+    """What crosses from a Ray worker to the sweep is pickled; by default an exception is rebuilt from
+    its message alone, which RunInterrupted(message, signum) cannot take."""
+    stopped = pickle.loads(pickle.dumps(RunInterrupted("stopped after step 1", signal.SIGTERM)))
+    assert isinstance(stopped, RunInterrupted)
+    assert (str(stopped), stopped.signum, stopped.exit_code) == ("stopped after step 1", signal.SIGTERM, 143)
+
+
+@pytest.mark.slow
+def test_a_cell_stopped_by_a_signal_under_ray_is_interrupted_and_the_sweep_resumes(repo, tmp_path):
+    """`kill PID` of one cell's worker: that cell stops after its step (checkpointed) and is recorded
+    interrupted, not failed; the sweep starts no further cell, lets the running one end, and exits as
+    a stopped run does; a rerun resumes the stopped cell."""
+    pytest.importorskip("ray")
+    three = SweepSpec(name="stop", specs=(str(repo / "experiments/quickstart.yaml"),), seeds=(0, 1, 2),
+                      overrides=TINY, root=str(tmp_path))  # fmt: skip
+    lines: list[str] = []
+    with pytest.raises(RunInterrupted) as stopped:
+        run_sweep(
+            three, "local", lines.append, scripted_trainers(step_s=1.0, stops="quickstart-s0"), parallel=2
+        )
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+
+    folder = tmp_path / "stop"
+    status = {n: json.loads((folder / n / "status.json").read_text())["status"]
+              for n in ("quickstart-s0", "quickstart-s1", "quickstart-s2")}  # fmt: skip
+    assert status["quickstart-s0"] == "interrupted"
+    assert status["quickstart-s1"] == "finished"  # it was running: it went on to its end
+    # s2 was queued: cancelled, or (if Ray had handed it the freed worker already) run to its end
+    assert status["quickstart-s2"] in ("pending", "finished")
+    log = (folder / "quickstart-s0" / "log.txt").read_text()
+    assert "SIGTERM: stopping after the step in flight" in log and "worker died" not in log
+    (said,) = [
+        x for x in lines if x.startswith("cell 1/3 quickstart-s0: interrupted: stopped at your request")
+    ]
+
+    again: list[str] = []
+    results = run_sweep(three, "local", again.append, scripted_trainers(), parallel=2)
+    assert {r.name: r.status for r in results}["quickstart-s0"] == "resumed"
+    assert {r.status for r in results} <= {"resumed", "skipped", "ran"}
+    assert all(json.loads((folder / n / "status.json").read_text())["status"] == "finished" for n in status)

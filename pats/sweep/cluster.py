@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pats.errors import PrerequisiteError, install_hint
+from pats.errors import PrerequisiteError, RunInterrupted, install_hint
 from pats.sweep.cell import CellResult, line, ray_task
 from pats.sweep.grid import Cell, SweepSpec
 from pats.sweep.record import LOG, CellStatus, read_status, write_status
@@ -107,19 +107,44 @@ def run_ray(
             task.options(name=cell.name).remote(cell, trainers, os.getcwd()): (i, cell) for i, cell in cells
         }
         results: dict[int, CellResult] = {}
+        stopped: RunInterrupted | None = None
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
             i, cell = pending.pop(ref)
             try:
                 result = ray.get(ref)
+            except RunInterrupted as err:  # a signal stopped the cell; it recorded itself interrupted
+                stopped = stopped or _cause(err)
+                say(f"cell {i}/{total} {cell.name}: interrupted: {err.args[0] if err.args else err}")
+                _cancel_queued(ray, pending)
+                continue
+            except ray.exceptions.TaskCancelledError:  # cancelled before it started: still pending
+                continue
             except Exception as err:  # the worker died (out of memory, a crash): the others go on
                 result = worker_died(cell, submitted, f"its Ray worker died: {type(err).__name__}: {err}")
             results[i] = result
             say(line(i, total, cell, result))
+        if stopped is not None:
+            raise stopped  # as a cell stopped here would: the sweep stops, and a rerun resumes
         return results
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _cause(err: RunInterrupted) -> RunInterrupted:
+    """The cell's own RunInterrupted (Ray raises a copy that is also a RayTaskError)."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, RunInterrupted) else err
+
+
+def _cancel_queued(ray: Any, pending: Mapping[Any, tuple[int, Cell]]) -> None:
+    """After one cell was stopped by a signal, the cells not yet started stay pending (a rerun starts
+    them); the running ones go on to their end."""
+    for ref, (_, cell) in pending.items():
+        record = read_status(cell.run_dir)
+        if record is not None and record.status == "pending":
+            ray.cancel(ref)
 
 
 def _share(resources: Mapping[str, float], asks: Asks) -> Asks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,27 +24,40 @@ from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 
 class _SlowBackend(ScriptedBackend):
     """A ScriptedBackend whose update takes `step_s` seconds of wall time (a window to kill a run in),
-    and with `dies` ends its process at its first update, as a crash or the kernel's OOM killer would."""
+    and with `dies` ends its process at its first update, as a crash or the kernel's OOM killer would;
+    with `stops` sends its own process SIGTERM there, as `kill PID` would."""
 
-    def __init__(self, seed: int, step_s: float, dies: bool = False):
+    def __init__(self, seed: int, step_s: float, dies: bool = False, stops: bool = False):
         super().__init__(improving_schedule(), seed=seed)
         self.step_s = step_s
         self.dies = dies
+        self.stops = stops
 
     async def update(self, played):
+        if self.stops:
+            self.stops = False
+            os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(self.step_s)  # blocks like a real update, so a signal lands mid-step
         if self.dies:
             os._exit(9)
         return await super().update(played)
 
 
-def scripted_train(spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "") -> Path:
+def scripted_train(
+    spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "", stops: str = ""
+) -> Path:
     """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run); the
-    run named `dies` ends its process at its first update. It prints one line as it starts, with the
+    run named `dies` ends its process at its first update, the one named `stops` is sent SIGTERM there
+    (it stops after that step, checkpointed). It prints one line as it starts, with the
     threads its spec gives it and the niceness of the process it runs in."""
     threads = getattr(spec.trainer, "threads", None)
     print(f"scripted training of {spec.name} (threads {threads}, niceness {os.nice(0)})", flush=True)
-    return train_on_fakes(spec, run_dir, state, lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies))
+    return train_on_fakes(
+        spec,
+        run_dir,
+        state,
+        lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies, stops=s.name == stops),
+    )
 
 
 def train_on_fakes(
@@ -64,6 +78,6 @@ def train_on_fakes(
     )
 
 
-def scripted_trainers(step_s: float = 0.0, dies: str = "") -> Mapping[str, object]:
+def scripted_trainers(step_s: float = 0.0, dies: str = "", stops: str = "") -> Mapping[str, object]:
     """`TRAINERS` with the local backend trained by `scripted_train`; picklable (Ray tasks take it)."""
-    return {"local": functools.partial(scripted_train, step_s=step_s, dies=dies)}
+    return {"local": functools.partial(scripted_train, step_s=step_s, dies=dies, stops=stops)}
