@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import socket
 from datetime import datetime
 
@@ -106,6 +107,32 @@ def test_a_cell_that_checkpointed_resumes_and_its_log_says_so(repo, tmp_path):
     assert result == CellResult(cell.name, "resumed", record["ended"] - record["started"])
     log = (run_dir / "log.txt").read_text()
     assert log.splitlines(keepends=True)[0] == header("resuming", cell, record)
+
+
+def test_a_cell_moved_with_its_sweep_resumes_from_the_paths_where_it_is_now(repo, tmp_path):
+    """A checkout cloned or moved elsewhere with a checkpointed cell: its spec.yaml names the old
+    absolute paths (the warm start's adapter beside the sweep); the cell resumes, not refused, and its
+    trainer reads the adapter where it is now, the old folder gone."""
+    adapter = ("policy.lora.rank=8", "trainer.steps=3", "eval.every=3")
+    old = one_cell(repo, tmp_path / "a", *adapter, f"policy.init_adapter={tmp_path / 'a' / 'adapter'}")
+    from pats.engine.run import run_spec
+
+    (tmp_path / "a" / "adapter").mkdir(parents=True)  # (the scripted policy does not read it)
+    run_dir = run_spec(old.spec, scripted_trainers())
+    (run_dir / "checkpoints" / "latest.json").write_text(
+        (run_dir / "checkpoints" / "step_000001" / "state.json").read_text()
+    )
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    cell = one_cell(repo, tmp_path / "b", *adapter, f"policy.init_adapter={tmp_path / 'b' / 'adapter'}")
+    assert check_cell(cell) == ("resume", "")
+    seen = []
+
+    def trainer(spec, run_dir, state):
+        seen.append((spec.policy.init_adapter, spec.logging.root, state.step))
+        return scripted_trainers()["local"](spec, run_dir, state)
+
+    assert run_cell(cell, {"local": trainer}).status == "resumed"
+    assert seen == [(str(tmp_path / "b" / "adapter"), str(tmp_path / "b" / "one"), 1)]
 
 
 def test_a_stopped_cell_is_recorded_interrupted_and_the_stop_goes_on(repo, tmp_path):

@@ -82,3 +82,20 @@ def test_keys_only_one_side_has_are_named_unset(repo, tmp_path):
         path = saved(cell, "environment.kind=alfworld")
     why = spec_difference(path, cell.spec)
     assert ", (unset) here" in why and ": (unset) there, " in why
+
+
+def test_a_path_that_moved_with_the_sweep_folder_is_the_same_path(repo, tmp_path):
+    """A clone at another path: spec.yaml holds the absolute paths of the machine that wrote it (the
+    warm start's adapter beside the sweep folder); where each sits relative to its cell's folder is what
+    names the same file. A path that moved otherwise is another spec."""
+    cell = one_cell(repo, tmp_path / "here" / "sweeps", f"policy.init_adapter={tmp_path / 'here/adapter'}",
+                    "policy.lora.rank=8")  # fmt: skip
+    there = tmp_path / "there"
+    path = saved(cell, f"logging.root={there / 'sweeps/one'}", f"policy.init_adapter={there / 'adapter'}")
+    assert spec_difference(path, cell.spec) == ""
+    path = saved(cell, f"logging.root={there / 'sweeps/one'}", f"policy.init_adapter={there / 'other'}")
+    assert spec_difference(path, cell.spec) == (
+        f'policy.init_adapter: "{there / "other"}" there, "{tmp_path / "here/adapter"}" here'
+    )
+    path = saved(cell, f"policy.init_adapter={there / 'adapter'}")  # the same folder: not moved
+    assert spec_difference(path, cell.spec).startswith("policy.init_adapter: ")

@@ -53,6 +53,7 @@ def run_cell(cell: Cell, trainers: Mapping | None = None, prefix: str = "") -> C
 
 def _attempt(cell: Cell, resuming: bool, trainers: Mapping, prefix: str) -> CellResult:
     from pats.engine.run import resume, run_spec
+    from pats.spec import spec_to_yaml
 
     run_dir = cell.run_dir
     if not resuming:
@@ -65,6 +66,10 @@ def _attempt(cell: Cell, resuming: bool, trainers: Mapping, prefix: str) -> Cell
     with tee_output(run_dir / LOG, prefix, header):
         try:
             if resuming:
+                # check_cell found its spec.yaml a run of this cell's spec but for where it runs: write
+                # where it runs now (paths that moved with the folder, this machine's threads), which
+                # resume reads; the old paths may be gone (a clone elsewhere)
+                write_atomic(run_dir / "spec.yaml", spec_to_yaml(cell.spec))
                 resume(run_dir, trainers)
             else:
                 run_spec(cell.spec, trainers)

@@ -4,13 +4,15 @@ will call.
 A cell is finished (skipped), to resume (it checkpointed), to start, or refused: its folder holds a run
 of another spec. "Another spec" is decided on the resolved specs, not their text, and leaves aside
 where the cell runs: `logging.root` (the folder the cell sat in when it ran: a sweep folder may move)
-and `trainer.threads` (what the machine gave it). Cells written by pats before issue 49, whose
+and `trainer.threads` (what the machine gave it); a path that moved with the sweep folder (the same
+path relative to it) is the same path. Cells written by pats before issue 49, whose
 spec.yaml holds the absolute folder they were written in, are accepted wherever the folder is now.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -70,10 +72,23 @@ def spec_difference(saved: Path, spec: ExperimentSpec) -> str:
     keys = [
         k
         for k in sorted(theirs.keys() | mine.keys())
-        if k not in WHERE and _value(theirs, k) != _value(mine, k)
+        if k not in WHERE and _value(theirs, k) != _value(mine, k) and not _moved_with(theirs, mine, k)
     ]
     shown = "; ".join(f"{k}: {_value(theirs, k)} there, {_value(mine, k)} here" for k in keys[:3])
     return shown + (f"; and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _moved_with(theirs: dict[str, Any], mine: dict[str, Any], key: str) -> bool:
+    """Both values absolute paths that sit where they did relative to each side's `logging.root`: the
+    repository moved or was cloned elsewhere with the sweep (a warm start's adapter under
+    bench/results, say), so they name the same file."""
+    root = "logging.root"
+    if not all(k in side for k in (key, root) for side in (theirs, mine)):
+        return False
+    paths = (theirs[key], theirs[root], mine[key], mine[root])
+    if not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+        return False
+    return os.path.relpath(paths[0], paths[1]) == os.path.relpath(paths[2], paths[3])
 
 
 def _value(flat: dict[str, Any], key: str) -> str:
