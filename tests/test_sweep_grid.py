@@ -95,18 +95,20 @@ def test_pydantics_issues_name_the_sweep_key_they_are_about():
     with pytest.raises(SpecError) as err:
         validated(section, "where.yaml")
     assert err.value.file == "where.yaml"
-    assert err.value.issues == [
-        SpecIssue("sweep.specs.0", "Input should be a valid string"),
-        SpecIssue("sweep.specs", "Tuple should have at least 1 item after validation, not 0"),
-        SpecIssue("sweep.grid.k", "Input should be a valid tuple"),
-        SpecIssue("sweep.order", "Input should be 'spec' or 'seed'"),
-        SpecIssue("sweep.cpus", "Input should be greater than 0"),
-    ]
+    # the keys are the sweep's; each message is pydantic's own (its words are matched loosely: they are
+    # pydantic's to change between releases)
+    assert [(i.path, i.source) for i in err.value.issues] == [
+        ("sweep.specs.0", ""), ("sweep.specs", ""), ("sweep.grid.k", ""), ("sweep.order", ""), ("sweep.cpus", "")
+    ]  # fmt: skip
+    said = [i.message for i in err.value.issues]
+    for message, words in zip(
+        said, ("string", "at least 1", "tuple", "'spec' or 'seed'", "greater than 0"), strict=True
+    ):
+        assert words in message, said
     with pytest.raises(SpecError) as err:
         validated({"specs": []}, "pats sweep")
-    assert err.value.issues == [
-        SpecIssue("sweep.specs", "Tuple should have at least 1 item after validation, not 0")
-    ]
+    (issue,) = err.value.issues
+    assert issue.path == "sweep.specs" and "at least 1" in issue.message
 
 
 def test_sweep_spec_defaults():
