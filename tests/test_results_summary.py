@@ -328,19 +328,32 @@ def read_sense(path: Path, args: list[str]) -> Reading:
 def read_sweep(path: Path, args: list[str]) -> Reading:
     """A sweep folder read as `pats compare` reads it: ARGS[0] the baseline, ARGS[1] the conditions
     whose difference to it is the endpoint (comma-separated); the stated pass, each difference >= +0.05
-    with its interval excluding 0 (docs/journal/2026-12-05-stage1.md). Every row's rate and the
-    differences are numbers the row may quote."""
+    with its interval excluding 0 (docs/journal/2026-12-05-stage1.md). Every row's rates (without the
+    scaffold and with it), reliance gap and difference, and the protocol, are numbers the row may
+    quote."""
     from pats.compare.runs import read_run, run_dirs
     from pats.compare.table import compare
+    from pats.spec import load_spec
 
     r = Reading(criterion={"+0.05", "0"})
-    table = compare([read_run(d) for d in run_dirs([path])], [args[0]])
+    dirs = run_dirs([path])
+    table = compare([read_run(d) for d in dirs], [args[0]])
+    for d in dirs:  # the protocol: pool, steps, groups, held-out games and episodes
+        spec = load_spec(d / "spec.yaml")
+        held = spec.eval_tasks()
+        r.ints(spec.environment.num_train_tasks, spec.trainer.steps, spec.trainer.tasks_per_step,
+               spec.trainer.group_size, held.start, held.stop - 1, spec.eval.samples_per_task)  # fmt: skip
     for row in table.rows:
         if row.heldout is not None:
             r.interval(row.heldout, signed=False)
+        if row.heldout_with_scaffold is not None:
+            r.interval(row.heldout_with_scaffold, signed=False)
+        if row.reliance_gap is not None:
+            r.interval(row.reliance_gap.interval, signed=True)
         r.ints(len(row.seeds), row.episodes, *(n for _, n in row.games))
     verdicts = set()
     for d in table.differences:
+        r.interval(d.difference.interval, signed=True)  # the untrained row's too
         if d.condition in args[1].split(","):
             r.must += r.interval(d.difference.interval, signed=True)
             for _, v in d.difference.per_seed:
