@@ -353,9 +353,9 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
         r.ints(len(row.seeds), row.episodes, *(n for _, n in row.games))
     verdicts = set()
     for d in table.differences:
-        r.interval(d.difference.interval, signed=True)  # the untrained row's too
+        said = r.interval(d.difference.interval, signed=True)  # the untrained row's too
         if d.condition in args[1].split(","):
-            r.must += r.interval(d.difference.interval, signed=True)
+            r.must += said
             for _, v in d.difference.per_seed:
                 r.signed(v)
             verdicts.add(_difference_verdict(d.difference.interval, 0.05))
