@@ -1,0 +1,158 @@
+"""What pats/sweep/cluster.py decides without Ray itself (issue 49, item 8): each cell's asks (the
+sweep's own, or a 1/N share of the machine and of what Ray measured), the record and log line of a cell
+whose Ray worker died, which queued cells a signal leaves pending, and the interruption a Ray error
+carries. `run_ray` itself needs a Ray instance (tests/test_sweep_parallel.py); these run in
+milliseconds, so they can be the mutation runner's tests for these functions."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pats.errors import RunInterrupted
+from pats.sweep import SweepSpec, cells
+from pats.sweep import cluster as cluster_module
+from pats.sweep.cluster import GIB, Asks, _cancel_queued, _cause, _share, asks_for, worker_died
+from pats.sweep.record import CellStatus, read_status, write_status
+
+
+def three_cells(repo, tmp_path):
+    sweep = SweepSpec(name="three", specs=(str(repo / "experiments/quickstart.yaml"),), seeds=(0, 1, 2),
+                      root=str(tmp_path), overrides=("logging.wandb=disabled",))  # fmt: skip
+    return cells(sweep)
+
+
+def test_without_parallel_a_cell_asks_what_the_sweep_says(monkeypatch):
+    monkeypatch.setattr(cluster_module, "machine_cpus", lambda: 8)
+    sweep = SweepSpec(specs=("a.yaml",), cpus=3.0, gpus=0.5, memory=12.0)
+    assert asks_for(sweep, None) == Asks(3.0, 0.5, 12.0, None)
+    assert asks_for(sweep, 0) == Asks(3.0, 0.5, 12.0, None)
+
+
+def test_with_parallel_a_cell_asks_its_share_of_this_machines_cpus(monkeypatch):
+    monkeypatch.setattr(cluster_module, "machine_cpus", lambda: 8)
+    sweep = SweepSpec(specs=("a.yaml",), cpus=3.0, gpus=0.5, memory=12.0)
+    assert asks_for(sweep, 2) == Asks(4.0, 0.0, 0.0, 2)  # GPUs and memory once Ray has measured them
+    assert asks_for(sweep, 3) == Asks(8 / 3, 0.0, 0.0, 3)
+
+
+def test_a_cell_gets_a_thread_per_whole_cpu_it_asks_and_at_least_one():
+    assert [Asks(c, 0.0, 0.0).threads for c in (0.5, 1.0, 2.7, 4.0)] == [1, 1, 2, 4]
+
+
+def test_the_asks_read_as_printed():
+    assert Asks(0.5, 0.0, 0.0).text() == "0.5 CPU, 0 GPU each"
+    assert Asks(2.0, 1.0, 7.5).text() == "2 CPU, 1 GPU, 7.5 GiB each"
+
+
+def test_the_share_divides_gpus_and_memory_and_keeps_the_cpus():
+    resources = {"CPU": 16.0, "GPU": 3.0, "memory": 10 * GIB}
+    assert _share(resources, Asks(8.0, 0.0, 0.0, 2)) == Asks(8.0, 1, 5.0, 2)  # 1.5 GPUs: one whole
+    assert _share(resources, Asks(4.0, 0.0, 0.0, 4)) == Asks(4.0, 0.75, 2.5, 4)  # under one: the fraction
+    assert _share(resources, Asks(16 / 3, 0.0, 0.0, 3)) == Asks(16 / 3, 1, 3.3, 3)  # memory rounded down
+    assert _share({"CPU": 2.0}, Asks(1.0, 0.0, 0.0, 2)) == Asks(1.0, 0.0, 0.0, 2)  # no GPU, no memory
+    assert _share(resources, Asks(16.0, 0.0, 0.0, None)) == Asks(16.0, 3, 10.0, 1)  # no N: all of it
+
+
+def test_a_worker_that_died_while_its_cell_ran_fails_the_cell_timed_from_its_start(repo, tmp_path):
+    cell = three_cells(repo, tmp_path)[0]
+    started = time.time() - 30
+    write_status(cell.run_dir, CellStatus(status="running", started=started, host="node-1", pid=42))
+    before = time.time()
+    result = worker_died(cell, started - 100, "its Ray worker died: OutOfMemoryError: killed")
+    after = time.time()
+    record = read_status(cell.run_dir)
+    assert record is not None and record.status == "failed"
+    assert (record.started, record.host, record.pid) == (started, "node-1", 42)  # the attempt's own record
+    assert record.ended is not None and before <= record.ended <= after
+    assert record.error == result.error == "its Ray worker died: OutOfMemoryError: killed"
+    assert (result.name, result.status) == (cell.name, "failed")
+    assert before - started <= result.seconds <= after - started  # not from the submission, 100 s earlier
+    log = (cell.run_dir / "log.txt").read_text()
+    assert log == "--- pats sweep: its Ray worker died: OutOfMemoryError: killed\n"
+
+
+@pytest.mark.parametrize("record", [None, CellStatus(status="pending")], ids=["no record", "pending"])
+def test_a_worker_that_died_before_its_cell_started_is_timed_from_the_submission(repo, tmp_path, record):
+    cell = three_cells(repo, tmp_path)[0]
+    if record is not None:
+        write_status(cell.run_dir, record)
+    else:
+        cell.run_dir.mkdir(parents=True)
+    submitted = time.time() - 20
+    before = time.time()
+    result = worker_died(cell, submitted, "its Ray worker died: RaySystemError: x")
+    after = time.time()
+    error = "its Ray worker died: RaySystemError: x (before the cell started)"
+    status = read_status(cell.run_dir)
+    assert status is not None
+    assert (status.status, status.started, status.error) == ("failed", None, error)
+    assert status.ended is not None and before <= status.ended <= after
+    assert result.error == error
+    assert before - submitted <= result.seconds <= after - submitted
+    assert (cell.run_dir / "log.txt").read_text() == f"--- pats sweep: {error}\n"
+
+
+def test_a_died_workers_error_is_cut_at_2000_characters_where_it_is_kept_and_whole_in_the_log(repo, tmp_path):
+    cell = three_cells(repo, tmp_path)[0]
+    write_status(cell.run_dir, CellStatus(status="running", started=time.time()))
+    error = "its Ray worker died: " + "x" * 3000
+    result = worker_died(cell, time.time(), error)
+    status = read_status(cell.run_dir)
+    assert status is not None and status.error == result.error == error[:2000]
+    assert (cell.run_dir / "log.txt").read_text() == f"--- pats sweep: {error}\n"
+
+
+def test_a_died_workers_line_goes_after_what_the_cell_logged(repo, tmp_path):
+    cell = three_cells(repo, tmp_path)[0]
+    write_status(cell.run_dir, CellStatus(status="running", started=time.time()))
+    (cell.run_dir / "log.txt").write_text("step 1\n")
+    worker_died(cell, time.time(), "its Ray worker died: E")
+    assert (cell.run_dir / "log.txt").read_text() == "step 1\n--- pats sweep: its Ray worker died: E\n"
+
+
+class Cancels:
+    """What `_cancel_queued` uses of Ray: `cancel`."""
+
+    def __init__(self):
+        self.cancelled: list[str] = []
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
+
+
+def test_after_a_signal_only_the_cells_still_pending_are_cancelled(repo, tmp_path):
+    first, second, third = three_cells(repo, tmp_path)
+    write_status(first.run_dir, CellStatus(status="pending"))
+    write_status(second.run_dir, CellStatus(status="running", started=time.time()))
+    # third: no record yet (its worker has not written one): not known to be pending, left to Ray
+    ray = Cancels()
+    _cancel_queued(ray, {"ref-0": (0, first), "ref-1": (1, second), "ref-2": (2, third)})
+    assert ray.cancelled == ["ref-0"]
+
+
+def test_every_pending_cell_is_cancelled_not_only_the_first(repo, tmp_path):
+    queued = three_cells(repo, tmp_path)
+    for cell in queued:
+        write_status(cell.run_dir, CellStatus(status="pending"))
+    ray = Cancels()
+    _cancel_queued(ray, {f"ref-{i}": (i, cell) for i, cell in enumerate(queued)})
+    assert ray.cancelled == ["ref-0", "ref-1", "ref-2"]
+
+
+class RayTaskError(RunInterrupted):
+    """As Ray raises a task's exception: a copy of its type that carries the original as `cause`."""
+
+    def __init__(self, cause: BaseException | None):
+        super().__init__("wrapped", 2)
+        self.cause = cause
+
+
+def test_the_interruption_raised_is_the_cells_own():
+    own = RunInterrupted("stopped by SIGTERM at step 3", 15)
+    assert _cause(RayTaskError(own)) is own
+    plain = RunInterrupted("stopped by SIGINT", 2)
+    assert _cause(plain) is plain  # raised here, not through Ray
+    odd = RayTaskError(ValueError("not an interruption"))
+    assert _cause(odd) is odd
