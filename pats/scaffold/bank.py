@@ -61,8 +61,9 @@ def load_bank(
     path = Path(path)
     if not path.is_file():
         raise PrerequisiteError(
-            f"scaffold bank {path} not found; check scaffold.initial_bank in the spec, or set PATS_DATA "
-            "to the folder holding skill_banks/ (SkillRL's banks are in ../shared/data/skill_banks/skillrl)"
+            f"scaffold bank {path} not found; check scaffold.initial_bank in the spec. SkillRL's banks "
+            "come with `pats data fetch skillrl` (into $PATS_DATA/skill_banks/skillrl; PATS_DATA defaults "
+            "to ~/.cache/pats/data)"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))  # a bank is untrusted data: plain JSON only
