@@ -181,6 +181,17 @@ def test_a_history_differs_by_the_step_a_version_came_at_too(tmp_path, repo):
     assert [n for n in compared(tmp_path).notes if ALIKE in n or n == DIFFER] == [DIFFER]
 
 
+def test_pairs_that_differ_are_said_to_though_the_pairs_compared_last_have_other_setups(tmp_path, repo):
+    """The note rests on every pair with the same setup, not only the last pair looked at: here the last
+    two pairs (with zlr, another learning rate) have none, the first differs."""
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), guidance="explore first")
+    craft(tmp_path, repo, "later-s0", 0, "pats", games("11"), guidance="take the key")
+    craft(tmp_path, repo, "zlr-s0", 0, "pats", games("11"), guidance="explore first", overrides=["trainer.lr=0.123"])
+    comparison = compared(tmp_path)
+    assert [row.condition for row in comparison.rows][-1] == "zlr"  # listed, and so paired, last
+    assert [n for n in comparison.notes if ALIKE in n or n == DIFFER] == [DIFFER]
+
+
 def test_runs_that_differ_in_training_settings_are_not_called_alike(tmp_path, repo):
     """A learning-rate sweep without a scaffold: every history is empty, yet the runs trained differently,
     so there is no note either way."""

@@ -27,7 +27,7 @@ from pats.sweep.grid import Cell
 from pats.sweep.logs import tee_output
 from pats.sweep.record import LOG, SWEEP_FILES, TRACEBACK, CellStatus, running_here, write_status
 
-Outcome = Literal["ran", "resumed", "skipped", "refused", "failed"]
+Outcome = Literal["ran", "resumed", "skipped", "refused", "failed"]  # pragma: no mutate
 
 
 @dataclass(frozen=True)
