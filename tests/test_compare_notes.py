@@ -186,7 +186,8 @@ def test_pairs_that_differ_are_said_to_though_the_pairs_compared_last_have_other
     two pairs (with zlr, another learning rate) have none, the first differs."""
     craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), guidance="explore first")
     craft(tmp_path, repo, "later-s0", 0, "pats", games("11"), guidance="take the key")
-    craft(tmp_path, repo, "zlr-s0", 0, "pats", games("11"), guidance="explore first", overrides=["trainer.lr=0.123"])
+    other = ["trainer.lr=0.123"]
+    craft(tmp_path, repo, "zlr-s0", 0, "pats", games("11"), guidance="explore first", overrides=other)
     comparison = compared(tmp_path)
     assert [row.condition for row in comparison.rows][-1] == "zlr"  # listed, and so paired, last
     assert [n for n in comparison.notes if ALIKE in n or n == DIFFER] == [DIFFER]
