@@ -58,6 +58,8 @@ def test_where_a_cell_ran_is_not_another_spec_and_past_three_keys_the_rest_are_c
     cell = one_cell(repo, tmp_path)
     path = saved(cell, f"logging.root={tmp_path / 'elsewhere'}", "trainer.threads=3")
     assert spec_difference(path, cell.spec) == ""
+    path = saved(cell, "logging.root=runs/elsewhere")  # not even a path that moved with the folder
+    assert spec_difference(path, cell.spec) == ""
     path = saved(cell, "trainer.lr=0.5", "seed=7", "trainer.steps=9", "eval.every=2")
     lr = cell.spec.trainer.lr
     assert spec_difference(path, cell.spec) == (
