@@ -193,6 +193,26 @@ def test_pairs_that_differ_are_said_to_though_the_pairs_compared_last_have_other
     assert [n for n in comparison.notes if ALIKE in n or n == DIFFER] == [DIFFER]
 
 
+def test_game_parameters_written_in_another_order_are_the_same_setup(tmp_path, repo):
+    """The setup compared is the spec's values, not the order its file lists a mapping's keys in (the
+    environment's game parameters here): two runs that differ only in that trained alike."""
+    from pats.spec import load_spec, spec_to_yaml
+
+    craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), guidance="explore first")
+    again = craft(tmp_path, repo, "again-s0", 0, "pats", games("11"), guidance="explore first")
+    spec = load_spec(again / "spec.yaml")
+    backwards = spec.environment.model_copy(
+        update={"params": dict(reversed(spec.environment.params.items()))}
+    )
+    (again / "spec.yaml").write_text(spec_to_yaml(spec.model_copy(update={"environment": backwards})))
+    assert list(load_spec(again / "spec.yaml").environment.params) != list(spec.environment.params)
+    assert [n for n in compared(tmp_path).notes if ALIKE in n] == [
+        "again and pats trained alike in seed 0: the same environment, policy, trainer and warm start, and "
+        "the same scaffold history (the same versions at the same steps, or none), so there they are one "
+        "result, not two (`pats scaffold CELL` shows a cell's versions)."
+    ]
+
+
 def test_runs_that_differ_in_training_settings_are_not_called_alike(tmp_path, repo):
     """A learning-rate sweep without a scaffold: every history is empty, yet the runs trained differently,
     so there is no note either way."""
