@@ -15,6 +15,18 @@ from pats.testing import FakeEnv, ScriptedBackend, improving_schedule
 FOLD = 10  # games in the fake held-out fold
 
 
+@pytest.fixture(autouse=True)
+def no_real_backend(monkeypatch):
+    """pats' own backend loads the real model: a test that gives play_heldout its backend never builds
+    it (were it to, it fails at once instead of loading a model until the mutation run's timeout); the
+    tests of `pats eval` without one set their own."""
+
+    def real(spec, make_env):
+        raise AssertionError("pats' own backend was built")
+
+    monkeypatch.setattr("pats.engine.evaluate.make_backend", real)
+
+
 def play(repo, count: int, refuse_past_fold: bool = False):
     spec = load_spec(repo / "experiments/quickstart.yaml", ["environment.num_eval_tasks=4"])
 
