@@ -13,7 +13,7 @@ import pytest
 from pats.errors import RunInterrupted
 from pats.sweep import SweepSpec, cells
 from pats.sweep import cluster as cluster_module
-from pats.sweep.cluster import GIB, Asks, _cancel_queued, _cause, _share, asks_for, worker_died
+from pats.sweep.cluster import GIB, Asks, _cancel_queued, _cancelled, _cause, _share, asks_for, worker_died
 from pats.sweep.record import CellStatus, read_status, write_status
 
 
@@ -139,6 +139,30 @@ def test_every_pending_cell_is_cancelled_not_only_the_first(repo, tmp_path):
     ray = Cancels()
     _cancel_queued(ray, {f"ref-{i}": (i, cell) for i, cell in enumerate(queued)})
     assert ray.cancelled == ["ref-0", "ref-1", "ref-2"]
+
+
+def test_a_cell_cancelled_as_it_started_is_recorded_interrupted_and_a_pending_one_stays_pending(
+    repo, tmp_path
+):
+    """Seen in CI (2026-12-06): the queued cell's record said `running` after the sweep stopped, as Ray
+    cancelled it once its worker had started it and the sweep then stopped Ray."""
+    started, queued, unplanned = three_cells(repo, tmp_path)
+    began = time.time() - 2
+    write_status(started.run_dir, CellStatus(status="running", started=began, host="node-1", pid=42))
+    write_status(queued.run_dir, CellStatus(status="pending"))
+    before = time.time()
+    for cell in (started, queued, unplanned):
+        _cancelled(cell)
+    record = read_status(started.run_dir)
+    assert record is not None and record.status == "interrupted"
+    assert (record.started, record.host, record.pid) == (began, "node-1", 42)
+    assert record.ended is not None and before <= record.ended <= time.time()
+    assert (started.run_dir / "log.txt").read_text() == (
+        "--- pats sweep: cancelled as it started, after another cell was interrupted\n"
+    )
+    assert read_status(queued.run_dir) == CellStatus(status="pending")
+    assert not (queued.run_dir / "log.txt").exists()
+    assert not unplanned.run_dir.exists()  # no record: nothing written
 
 
 class RayTaskError(RunInterrupted):

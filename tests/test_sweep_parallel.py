@@ -122,8 +122,9 @@ def test_a_cell_stopped_by_a_signal_under_ray_is_interrupted_and_the_sweep_resum
               for n in ("quickstart-s0", "quickstart-s1", "quickstart-s2")}  # fmt: skip
     assert status["quickstart-s0"] == "interrupted"
     assert status["quickstart-s1"] == "finished"  # it was running: it went on to its end
-    # s2 was queued: cancelled, or (if Ray had handed it the freed worker already) run to its end
-    assert status["quickstart-s2"] in ("pending", "finished")
+    # s2 was queued: cancelled before it started (pending) or as it started (interrupted), or, if Ray had
+    # handed it the freed worker before the stop, run to its end
+    assert status["quickstart-s2"] in ("pending", "interrupted", "finished")
     log = (folder / "quickstart-s0" / "log.txt").read_text()
     assert "SIGTERM: stopping after the step in flight" in log and "worker died" not in log
     (said,) = [

@@ -118,7 +118,8 @@ def run_ray(
                 say(f"cell {i}/{total} {cell.name}: interrupted: {err.args[0] if err.args else err}")
                 _cancel_queued(ray, pending)
                 continue
-            except ray.exceptions.TaskCancelledError:  # cancelled before it started: still pending
+            except ray.exceptions.TaskCancelledError:  # cancelled after another cell was interrupted
+                _cancelled(cell)
                 continue
             except Exception as err:  # the worker died (out of memory, a crash): the others go on
                 result = worker_died(cell, submitted, f"its Ray worker died: {type(err).__name__}: {err}")
@@ -145,6 +146,19 @@ def _cancel_queued(ray: Any, pending: Mapping[Any, tuple[int, Cell]]) -> None:
         record = read_status(cell.run_dir)
         if record is not None and record.status == "pending":
             ray.cancel(ref)
+
+
+def _cancelled(cell: Cell) -> None:
+    """A queued cell that Ray cancelled: one still `pending` stays so (a rerun starts it). Ray may cancel
+    it just as its worker starts it, once its record says `running` and before the cell records its end
+    (the sweep then stops Ray, and its worker with it): that record is made `interrupted` here, so none
+    says a cell runs that does not."""
+    record = read_status(cell.run_dir)
+    if record is None or record.status != "running":
+        return
+    write_status(cell.run_dir, record.model_copy(update={"status": "interrupted", "ended": time.time()}))
+    with open(cell.run_dir / LOG, "a", encoding="utf-8") as log:
+        log.write("--- pats sweep: cancelled as it started, after another cell was interrupted\n")
 
 
 def _share(resources: Mapping[str, float], asks: Asks) -> Asks:
