@@ -157,8 +157,7 @@ def _cancelled(cell: Cell) -> None:
     if record is None or record.status != "running":
         return
     write_status(cell.run_dir, record.model_copy(update={"status": "interrupted", "ended": time.time()}))
-    with open(cell.run_dir / LOG, "a", encoding="utf-8") as log:
-        log.write("--- pats sweep: cancelled as it started, after another cell was interrupted\n")
+    _log(cell, "cancelled as it started, after another cell was interrupted")
 
 
 def _share(resources: Mapping[str, float], asks: Asks) -> Asks:
@@ -185,6 +184,11 @@ def worker_died(cell: Cell, submitted: float, error: str) -> CellResult:
     write_status(
         cell.run_dir, base.model_copy(update={"status": "failed", "ended": now, "error": error[:2000]})
     )
-    with open(cell.run_dir / LOG, "a", encoding="utf-8") as log:
-        log.write(f"--- pats sweep: {error}\n")
+    _log(cell, error)
     return CellResult(cell.name, "failed", now - (started or submitted), error[:2000])
+
+
+def _log(cell: Cell, line: str) -> None:
+    """A line of the sweep's own at the end of the cell's log (what it decided for a cell that could not say it)."""
+    with open(cell.run_dir / LOG, "a", encoding="utf-8") as log:
+        log.write(f"--- pats sweep: {line}\n")
