@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from pats.cli.main import main
 from pats.errors import SpecNotice
 from pats.spec import ExperimentSpec, load_spec, spec_to_yaml
-from pats.spec.schema import SCHEMA_PATH, schema_text
-from pats.sweep.grid import is_sweep_file
+from pats.spec.schema import SCHEMA_PATH, SWEEP_SCHEMA_PATH, schema_texts
+from pats.sweep.grid import SweepSpec, is_sweep_file
 
 REPO = Path(__file__).resolve().parents[1]
 # Experiment specs; sweep files (experiments/sweeps/, one key `sweep:`) are checked in tests/test_sweep.py.
@@ -78,10 +78,16 @@ def test_without_the_data_only_specs_that_read_it_fail_and_they_say_how_to_fetch
         assert f"{tmp_path}/" in err and "`pats data fetch NAME` gets it" in err, err
 
 
-def test_schema_file_is_in_sync_with_models():
-    on_disk = (REPO / "schemas" / "experiment.schema.json").read_text()
-    assert on_disk == schema_text(), "schemas/ drifted from the spec models: run `pats schema`"
-    full = json.loads(on_disk)["$defs"]["ExperimentSpec"]
+def test_schema_files_are_in_sync_with_models():
+    texts = schema_texts(SweepSpec)
+    assert sorted(texts) == [SCHEMA_PATH, SWEEP_SCHEMA_PATH]
+    for path, text in texts.items():
+        assert (REPO / path).read_text() == text, f"{path} drifted from the spec models: run `pats schema`"
+    assert sorted(p.name for p in (REPO / "schemas").iterdir()) == [
+        "experiment.schema.json",
+        "sweep.schema.json",
+    ]
+    full = json.loads(texts[SCHEMA_PATH])["$defs"]["ExperimentSpec"]
     assert "defaults" in full["properties"] and "environment" in full["required"]
 
 
@@ -101,11 +107,17 @@ def test_every_shipped_spec_file_fits_the_editor_schema_derived_ones_too():
 
 
 def test_schema_check_detects_drift(tmp_path, capsys):
-    stale = tmp_path / "s.json"
-    stale.write_text("{}\n")
-    assert main(["schema", "--check", "--out", str(stale)]) == 1
-    assert main(["schema", "--out", str(stale)]) == 0
-    assert main(["schema", "--check", "--out", str(stale)]) == 0
+    assert main(["schema", "--check", "--out", str(tmp_path)]) == 1  # neither file is there
+    assert main(["schema", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.schema.json", "sweep.schema.json"]
+    assert main(["schema", "--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "sweep.schema.json").write_text("{}\n")  # either one drifting fails the check
+    capsys.readouterr()
+    assert main(["schema", "--check", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'sweep.schema.json'} is out of date with the spec models; run `pats schema` "
+        "to rewrite it\n"
+    )
 
 
 def test_defaults_fill_in_and_kinds_default(write):

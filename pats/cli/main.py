@@ -105,22 +105,27 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from pats.spec.schema import SCHEMA_PATH, schema_text
+    from pats.spec.schema import schema_texts
+    from pats.sweep.grid import SweepSpec
 
-    target = Path(args.out or SCHEMA_PATH)
-    text = schema_text()
+    texts = {Path(path): text for path, text in schema_texts(SweepSpec).items()}
+    if args.out:
+        texts = {Path(args.out) / path.name: text for path, text in texts.items()}
     if args.check:
-        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        stale = [p for p, text in texts.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        for target in stale:
             print(
                 f"error: {target} is out of date with the spec models; run `pats schema` to rewrite it",
                 file=sys.stderr,
             )
+        if stale:
             return 1
-        print(f"ok: {target} matches the spec models")
+        print(f"ok: {', '.join(map(str, texts))} match the spec models")
         return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {target}")
+    for target, text in texts.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target}")
     return 0
 
 
@@ -420,12 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "schema",
-        help="write or check the JSON Schema editors use for specs",
-        description="Write schemas/experiment.schema.json from the spec models, or "
-        "with --check fail if it is out of date.",
+        help="write or check the JSON Schemas editors use for specs and sweep files",
+        description="Write schemas/experiment.schema.json and schemas/sweep.schema.json from the spec "
+        "models, or with --check fail if one is out of date. docs/specs.md says which files map to which.",
     )
     p.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on drift")
-    p.add_argument("--out", help="where to write (default schemas/experiment.schema.json)")
+    p.add_argument("--out", metavar="DIR", help="the folder to write them to (default schemas/)")
     p.set_defaults(func=cmd_schema)
 
     from pats.cli.compile_reviser import add_compile_parser

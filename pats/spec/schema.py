@@ -1,4 +1,10 @@
-"""JSON Schema of `ExperimentSpec`, for editors (yaml-language-server) and the drift test.
+"""JSON Schema of `ExperimentSpec` and of sweep files, for editors (yaml-language-server) and the drift
+test: `pats schema` writes both (`schema_texts`), docs/specs.md says which files map to which.
+
+A sweep file (one top-level key, `sweep:`) is checked by the sweep schema, and by the experiment schema
+too, which hands a file with `sweep:` to the same definition: an editor that maps every YAML file of
+experiments/ to the experiment schema (the natural setting) checks a sweep file as a sweep file. The
+sweep section's model (pats.sweep.grid.SweepSpec) is passed in: pats.sweep imports pats.spec.
 
 A spec with `defaults:` is an overlay on its bases, so nothing in it is required: it is checked
 against `PartialExperimentSpec`, a copy of the models' schema without `required`.
@@ -18,9 +24,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from pats.spec.models import ExperimentSpec
 
 SCHEMA_PATH = "schemas/experiment.schema.json"
+SWEEP_SCHEMA_PATH = "schemas/sweep.schema.json"
 DEFAULTS = {
     "type": "array",
     "items": {"type": "string"},
@@ -36,7 +45,12 @@ INTERPOLATION = {
 TAGS = ("kind", "backend")
 
 
-def schema_text() -> str:
+def schema_texts(sweep: type[BaseModel]) -> dict[str, str]:
+    """Every schema `pats schema` writes: path -> text. `sweep`: the `sweep:` section's model."""
+    return {SCHEMA_PATH: schema_text(sweep), SWEEP_SCHEMA_PATH: sweep_schema_text(sweep)}
+
+
+def schema_text(sweep: type[BaseModel]) -> str:
     root = _any_of(ExperimentSpec.model_json_schema(mode="validation"))
     defs = root.pop("$defs")
     # `defaults:` is consumed by the loader before validation, so the models do not know it.
@@ -49,13 +63,48 @@ def schema_text() -> str:
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "pats experiment spec",
-        "description": "A full spec, or with `defaults:` an overlay on base specs (nothing required).",
-        "if": {"required": ["defaults"]},
-        "then": {"$ref": f"#/$defs/Partial{title}"},
-        "else": {"$ref": f"#/$defs/{title}"},
-        "$defs": {**every, "Interpolation": INTERPOLATION},
+        "description": "A full spec, or with `defaults:` an overlay on base specs (nothing required); "
+        "a file with `sweep:` is a sweep file (schemas/sweep.schema.json).",
+        "if": {"required": ["sweep"]},
+        "then": {"$ref": f"#/$defs/{SWEEP_FILE}"},
+        "else": {
+            "if": {"required": ["defaults"]},
+            "then": {"$ref": f"#/$defs/Partial{title}"},
+            "else": {"$ref": f"#/$defs/{title}"},
+        },
+        "$defs": {**every, "Interpolation": INTERPOLATION, **_sweep_defs(sweep)},
     }
     return json.dumps(schema, indent=2, sort_keys=False) + "\n"
+
+
+SWEEP_FILE = "SweepFile"
+
+
+def sweep_schema_text(sweep: type[BaseModel]) -> str:
+    """A sweep file: one key, `sweep:`, holding `sweep`'s fields. Its values are read as written (the
+    sweep loader resolves no `${...}`)."""
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "pats sweep file",
+        "description": "One key, `sweep:`: spec files x seeds x overrides (docs/ablations.md).",
+        "$ref": f"#/$defs/{SWEEP_FILE}",
+        "$defs": _sweep_defs(sweep),
+    }
+    return json.dumps(schema, indent=2, sort_keys=False) + "\n"
+
+
+def _sweep_defs(sweep: type[BaseModel]) -> dict[str, Any]:
+    section = _any_of(sweep.model_json_schema(mode="validation"))
+    defs = section.pop("$defs", {})
+    name = section.pop("title")
+    file = {
+        "type": "object",
+        "description": "A sweep file: its one top-level key is `sweep`.",
+        "properties": {"sweep": {"$ref": f"#/$defs/{name}"}},
+        "required": ["sweep"],
+        "additionalProperties": False,
+    }
+    return {SWEEP_FILE: file, name: section, **defs}
 
 
 def _by_tag(node: Any, defs: dict, partial: bool) -> Any:
