@@ -179,6 +179,26 @@ def test_a_cell_whose_folder_holds_another_spec_is_refused_not_overwritten(repo,
     assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # not rewritten
 
 
+def test_a_finished_sweep_rerun_with_an_added_override_is_refused_not_skipped(repo, tmp_path):
+    """Issue 59, item 1: the spec is compared before "finished" is looked at. A finished sweep rerun with
+    trainer.lr added was "already finished, skipped" and its sweep.json then listed an lr none of its
+    cells trained with."""
+    sweep = two_by_two(repo, tmp_path).model_copy(update={"seeds": (0,)})
+    run_sweep(sweep, say=lambda line: None, trainers=scripted_trainers())
+    manifest = (tmp_path / "tiny" / "sweep.json").read_text()
+    changed = sweep.model_copy(update={"overrides": (*TINY, "trainer.lr=3e-4")})
+    lines: list[str] = []
+    results = run_sweep(changed, say=lines.append, trainers=scripted_trainers())
+    assert [r.status for r in results] == ["refused", "refused"]
+    lr = cells(sweep)[0].spec.trainer.lr
+    assert f"(trainer.lr: {lr} there, 0.0003 here: the sweep's specs or overrides changed); undo that " \
+        "change to go on with this sweep, or give the sweep another --name to run the changed cells " \
+        "beside it (or remove that folder to rerun the cell)" in results[0].error  # fmt: skip
+    assert any(line.startswith("cell 1/2 quickstart-s0: REFUSED: ") for line in lines)
+    assert (tmp_path / "tiny" / "sweep.json").read_text() == manifest  # no trainer.lr=3e-4 in it
+    assert step_ends(tmp_path / "tiny" / "quickstart-s0") == [0, 1, 2]  # untouched
+
+
 def test_the_cli_plans_from_a_sweep_file_and_the_command_line(repo, tmp_path, capsys):
     from pats.cli.main import main
 

@@ -49,9 +49,15 @@ def test_a_cell_starts_resumes_is_finished_or_is_refused_by_its_folder(repo, tmp
     assert check_cell(cell) == (
         "refused",
         f"{cell.run_dir} holds a run of another spec than this cell's (trainer.lr: 0.5 there, "
-        f"{cell.spec.trainer.lr} here: the sweep's specs or overrides changed); remove that folder to rerun "
-        "the cell, or give the sweep another --name",
+        f"{cell.spec.trainer.lr} here: the sweep's specs or overrides changed); undo that change to go on "
+        "with this sweep, or give the sweep another --name to run the changed cells beside it (or remove "
+        "that folder to rerun the cell)",
     )
+    log = EventLog(cell.run_dir / "events.jsonl")
+    for step in range(3):  # finished, under another spec: still refused (issue 59, item 1)
+        log.end_step(step, metrics={})
+    log.close()
+    assert check_cell(cell)[0] == "refused"
 
 
 def test_where_a_cell_ran_is_not_another_spec_and_past_three_keys_the_rest_are_counted(repo, tmp_path):

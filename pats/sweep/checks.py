@@ -1,8 +1,8 @@
 """What `pats sweep` checks before any cell runs: where each cell stands, and the LLMs the cells to run
 will call.
 
-A cell is finished (skipped), to resume (it checkpointed), to start, or refused: its folder holds a run
-of another spec. "Another spec" is decided on the resolved specs, not their text, and leaves aside
+A cell is refused when its folder holds a run of another spec (whether or not that run finished), else
+finished (skipped), to resume (it checkpointed), or to start. "Another spec" is decided on the resolved specs, not their text, and leaves aside
 where the cell runs: `logging.root` (the folder the cell sat in when it ran: a sweep folder may move)
 and `trainer.threads` (what the machine gave it); a path that moved with the sweep folder (the same
 path relative to it) is the same path. Cells written by pats before issue 49, whose
@@ -41,16 +41,18 @@ def finished(run_dir: Path, steps: int) -> bool:
 def check_cell(cell: Cell) -> tuple[Check, str]:
     """Where the cell stands, and for a refused one why and what to do."""
     run_dir = cell.run_dir
+    saved = run_dir / "spec.yaml"
+    # the spec before "finished": a finished cell rerun with a changed override (trainer.lr, say) would
+    # otherwise be skipped, and sweep.json would list an override none of its cells trained with
+    differs = spec_difference(saved, cell.spec) if saved.is_file() else ""
+    if differs:
+        return "refused", (
+            f"{run_dir} holds a run of another spec than this cell's ({differs}: the sweep's specs or "
+            "overrides changed); undo that change to go on with this sweep, or give the sweep another "
+            "--name to run the changed cells beside it (or remove that folder to rerun the cell)"
+        )
     if finished(run_dir, cell.spec.trainer.steps):
         return "finished", ""
-    saved = run_dir / "spec.yaml"
-    if saved.is_file():
-        differs = spec_difference(saved, cell.spec)
-        if differs:
-            return "refused", (
-                f"{run_dir} holds a run of another spec than this cell's ({differs}: the sweep's specs or "
-                "overrides changed); remove that folder to rerun the cell, or give the sweep another --name"
-            )
     if (run_dir / "checkpoints" / "latest.json").is_file():
         return "resume", ""
     return "start", ""
