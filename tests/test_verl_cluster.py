@@ -219,7 +219,7 @@ def test_skipping_the_heads_preflight_still_checks_every_node(tmp_path, monkeypa
         monkeypatch.setenv("PATS_SKIP_PREFLIGHT", "all")
         verl_main.run(overrides)
         monkeypatch.setenv("PATS_SKIP_PREFLIGHT", "yes")
-        with pytest.raises(PrerequisiteError, match="write head"):
+        with pytest.raises(PrerequisiteError, match="the values it reads: head"):
             verl_main.run(overrides)
     finally:
         ray.shutdown()

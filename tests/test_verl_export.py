@@ -150,12 +150,23 @@ def test_no_data_exports_where_the_games_are_missing(tmp_path, monkeypatch, caps
     assert main(["export", "verl", spec, str(out), missing]) == PrerequisiteError.exit_code
     assert "--no-data" in capsys.readouterr().err
     assert not out.exists() and leftovers(tmp_path) == []
+    # `pats export --help` names what launch.sh runs
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "then python3 -m pats.backends.verl.main: verl's main_ppo after pats' Ray start" in shown
 
     # Overrides may come after --no-data too.
     assert main(["export", "verl", spec, str(out), "--no-data", missing, "trainer.steps=7"]) == 0
     said = capsys.readouterr().out
     assert load_spec(out / "spec.yaml").trainer.steps == 7
     assert f"python3 -m pats.backends.verl.data {out}" in said
+    # What every node needs, and apart from it what is picked where the run launches.
+    assert "every node needs the attention" not in said
+    assert (
+        "\n  the attention is picked where the run launches: flash_attention_2 if flash_attn imports there, "
+        "else PyTorch's SDPA (nothing to install); to use FlashAttention-2, install flash-attn" in said
+    )
     assert "environment.data_dir is read from" in said and "not found on this machine" in said
     assert not (out / "train.parquet").exists()
     assert "Task rows not written" in (out / "README.md").read_text()
@@ -205,26 +216,17 @@ def test_a_failed_export_leaves_nothing_and_never_touches_an_existing_folder(tmp
     assert done.launch == empty / "launch.sh" and (empty / "train.parquet").is_file()
 
 
-def test_launch_sh_can_skip_its_own_nodes_preflight(tmp_path):
-    """head, 1 (what the docs once gave for a head node without GPUs) and all skip launch.sh's check of
-    the node it runs on; pats.backends.verl.main, which checks every node unless it is `all`, still runs
-    (tests/test_verl_cluster.py runs that check)."""
+def test_launch_sh_leaves_the_skip_variable_to_the_preflight_it_always_runs(tmp_path):
+    """PATS_SKIP_PREFLIGHT has one reader (pats.backends.verl.preflight.skipped): launch.sh runs the
+    preflight module whatever its value, and the module skips or refuses (tests/test_verl_checks.py);
+    pats.backends.verl.main, which checks every node unless it is `all`, runs next."""
     done = export_verl(load_spec(twx_spec_file(tmp_path)), tmp_path / "out")
-    check, train = run_launch(done.launch, tmp_path / "unset", {})
-    assert check[:2] == ["-m", "pats.backends.verl.preflight"] and train[:2] == [
-        "-m",
-        "pats.backends.verl.main",
-    ]
-    for value in ("head", "1", "all"):
-        (train,) = run_launch(done.launch, tmp_path / value, {"PATS_SKIP_PREFLIGHT": value})
-        assert train[:2] == ["-m", "pats.backends.verl.main"]
-    refused = subprocess.run(
-        ["bash", str(done.launch)],
-        env={**os.environ, "PATS_SKIP_PREFLIGHT": "yes"},
-        capture_output=True,
-        text=True,
-    )
-    assert refused.returncode == 2 and "write head" in refused.stderr
+    launch = done.launch.read_text()
+    assert "$PATS_SKIP_PREFLIGHT" not in launch and "${PATS_SKIP_PREFLIGHT" not in launch
+    for value in ("", "head", "all", "yes"):
+        check, train = run_launch(done.launch, tmp_path / (value or "unset"), {"PATS_SKIP_PREFLIGHT": value})
+        assert check[:2] == ["-m", "pats.backends.verl.preflight"]
+        assert train[:2] == ["-m", "pats.backends.verl.main"] and train[2:] == check[2:]
 
 
 def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys):

@@ -171,13 +171,41 @@ def test_every_shipped_verl_spec_fits_80_and_141_gb(path, gpu_gb, gpus):
     assert spec.trainer.token_budget_per_gpu is not None and spec.trainer.checkpoints_kept is not None
 
 
-def test_the_plan_names_overrides_it_does_not_read():
-    spec = load_spec(
-        ALFWORLD, ["trainer.overrides=[actor_rollout_ref.model.use_fused_kernels=True,trainer.save_freq=5]"]
-    )
+def test_the_plan_names_every_override_it_does_not_read():
+    """Every override but the two it reads (the attention, enforce_eager) is named, those on a key the
+    estimate depends on said so (issue 59, item 17: a fixed list of memory keys left others unnamed)."""
+    fused, save = "actor_rollout_ref.model.use_fused_kernels=True", "trainer.save_freq=5"
+    sdpa = "++actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+    spec = load_spec(ALFWORLD, [f"trainer.overrides=[{fused},{save},{sdpa}]"])
     plan = plan_verl(spec, QWEN_1_5B)
-    assert plan.unread_overrides == ("actor_rollout_ref.model.use_fused_kernels=True",)
-    assert "does not read the override 'actor_rollout_ref.model.use_fused_kernels=True'" in plan.render()
+    assert [(u.override, u.planned) for u in plan.unread_overrides] == [(fused, True), (save, False)]
+    notes = [line for line in plan.render().splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: the plan does not read the override '{fused}', a key the estimate depends on: the numbers "
+        "above assume the value without it",
+        f"note: the plan does not read the override '{save}'",
+    ]
+
+
+def test_the_plan_reads_enforce_eager_and_drops_the_cuda_graph_pool():
+    def graphs(*overrides: str) -> list[float]:
+        spec = load_spec(ALFWORLD, [f"trainer.overrides=[{','.join(overrides)}]"] if overrides else [])
+        plan = plan_verl(spec, QWEN_1_5B)
+        assert not [u for u in plan.unread_overrides if "enforce_eager" in u.override], "read, not named"
+        return [term(p, "reserve: vLLM CUDA-graph pool").gb for p in plan.phases]
+
+    assert graphs() == [4.0] * 4 == graphs("actor_rollout_ref.rollout.enforce_eager=False")
+    eager = "actor_rollout_ref.rollout.enforce_eager=True"
+    assert graphs(eager) == [0.0] * 4 == graphs(f"++{eager.lower()}")
+    assert graphs(eager, "actor_rollout_ref.rollout.enforce_eager=false") == [4.0] * 4, "the last one wins"
+    plain, without = (
+        plan_verl(load_spec(ALFWORLD, o), QWEN_1_5B) for o in ([], [f"trainer.overrides=[{eager}]"])
+    )
+    assert [round(p.gb - q.gb, 6) for p, q in zip(plain.phases, without.phases, strict=True)] == [4.0] * 4
+    # A value the plan cannot read is named rather than guessed.
+    odd = "actor_rollout_ref.rollout.enforce_eager=1"
+    spec = load_spec(ALFWORLD, [f"trainer.overrides=[{odd}]"])
+    assert [u.override for u in plan_verl(spec, QWEN_1_5B).unread_overrides] == [odd]
 
 
 def test_cli_plan_prints_and_refuses(capsys):

@@ -157,11 +157,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _verl_plan(spec) -> None:
-    """Print a verl spec's memory plan; refuse (SpecError) one that does not fit trainer.gpu_memory_gb."""
-    from pats.backends.verl.plan import plan_verl, require_fits
+    """Print a verl spec's memory plan (and a note where this machine has fewer GPUs than a node of it);
+    refuse (SpecError) one that does not fit trainer.gpu_memory_gb."""
+    from pats.backends.verl.plan import gpus_here, plan_verl, require_fits
+    from pats.backends.verl.preflight import nvidia_gpus
 
     plan = plan_verl(spec)
     print(plan.render())
+    note = gpus_here(spec, len(nvidia_gpus()))
+    if note is not None:
+        print(note)
     require_fits(plan)
 
 
@@ -282,6 +287,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"  Ray workers get {name}={value} unless the launching shell sets it")
     for need in done.needs.lines():
         print(f"  every node needs {need}")
+    for note in done.needs.notes():
+        print(f"  {note}")
     for what in done.unchecked:
         print(f"  not checked here: {what}")
     print(f"run it on a GPU node or a Ray head node: bash {done.launch}")
@@ -408,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="pats export verl SPEC OUT/ [KEY=VALUE ...]: check the spec with verl's "
         "validate_config, then write a new folder OUT/ whole or not at all: train.parquet, val.parquet, "
         "agent_loops.yaml, spec.yaml, files/ (copies of the initial bank and rubric), README.md and "
-        "launch.sh (python3 -m verl.trainer.main_ppo with every Hydra override). OUT must not exist "
+        "launch.sh (the preflight of the node, then python3 -m pats.backends.verl.main: verl's main_ppo after "
+        "pats' Ray start and the check of every node, with every Hydra override). OUT must not exist "
         "or be empty. See docs/verl.md for one node and Ray clusters.",
     )
     p.add_argument("target", choices=["verl"], help="what to export for (verl)")

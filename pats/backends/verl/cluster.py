@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pats.errors import PrerequisiteError
@@ -190,6 +190,52 @@ def check_cpus(config, resources: Mapping[str, float]) -> None:
         f"{need} when verl starts Ray), or lower the storage units ({STORAGE_UNITS_KEY}=1 in "
         "trainer.overrides)"
     )
+
+
+def node_gpus() -> list[float]:
+    """The GPUs Ray counts on each alive node of the cluster it is connected to."""
+    import ray
+
+    return [float(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]]
+
+
+def check_gpus(config, gpus: Sequence[float]) -> None:
+    """Refuse a Ray cluster that cannot place the run's GPUs: verl 0.9.1 places `trainer.n_gpus_per_node`
+    GPUs on each of `trainer.nnodes` nodes (one STRICT_PACK placement group per node), and with fewer it
+    stops in its resource pool ("Total available GPUs ... is less than total desired GPUs") after Ray
+    and the dataset have started, or waits for placement. `gpus`: Ray's count on each node (`node_gpus`)."""
+    nnodes, per_node = int(config.trainer.nnodes), int(config.trainer.n_gpus_per_node)
+    if sum(1 for g in gpus if g >= per_node) >= nnodes:
+        return
+    counts = sorted((int(g) for g in gpus if g >= 1), reverse=True)
+    seen = f"{sum(counts)} GPU(s) over {len(gpus)} node(s) (per node: {', '.join(str(int(g)) for g in gpus)})"
+    asked = f"{nnodes} node(s) x {per_node} GPU(s) (the spec's trainer.nnodes x trainer.gpus_per_node)"
+    if not counts:
+        raise PrerequisiteError(
+            f"Ray sees no GPU in this cluster ({len(gpus)} node(s)) and the run asks for {asked}: verl trains "
+            "on NVIDIA GPUs; check `nvidia-smi` and CUDA_VISIBLE_DEVICES on the nodes, or on a machine "
+            "without a GPU use trainer.backend: local"
+        )
+    # The placement that holds the most GPUs: the n largest nodes at the n-th one's count (ties: the
+    # spec's node count, then more nodes).
+    _, _, fit_nodes = max((n * counts[n - 1], n == nnodes, n) for n in range(1, len(counts) + 1))
+    fit_gpus = counts[fit_nodes - 1]
+    nodes = f" trainer.nnodes={fit_nodes}" if fit_nodes != nnodes else ""
+    spec, verl = f"trainer.gpus_per_node={fit_gpus}{nodes}", f"trainer.n_gpus_per_node={fit_gpus}{nodes}"
+    raise PrerequisiteError(
+        f"the Ray cluster has {seen} and the run asks for {asked}, which verl places as {per_node} GPU(s) "
+        f"on each of {nnodes} node(s): write the spec override {spec} (`pats run SPEC {spec}`, or `pats "
+        f"export verl SPEC OUT {spec}` for a new bundle; `pats plan SPEC {spec}` plans it), or after "
+        f"`bash launch.sh` the verl overrides {verl}"
+    )
+
+
+def check_cluster(config, spec_path: str) -> str:
+    """The check of the whole Ray cluster before verl places anything: its GPUs (`check_gpus`), then the
+    preflight on every node (`node_preflight`). Returns the line both paths print,
+    `preflight: <host> (<address>), ...: ok`."""
+    check_gpus(config, node_gpus())
+    return "preflight: " + ", ".join(node_preflight(config, spec_path)) + ": ok"
 
 
 # -- the preflight on every node ------------------------------------------------------------------------

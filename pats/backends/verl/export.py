@@ -248,6 +248,7 @@ def readme(spec: ExperimentSpec, done: Exported) -> str:
     if "alfworld" in ENV_EXTRAS.get(spec.environment.kind, ()):
         lines.append(f"- On every node, {ALFWORLD_BUILD}.")
     lines += [f"- On every node, {need}." for need in done.needs.lines()]
+    lines += [f"- {note[0].upper()}{note[1:]}." for note in done.needs.notes()]
     lines.append(
         "- launch.sh checks the GPU-side needs on the node that runs it, then every node of the Ray cluster "
         "before verl places anything (`PATS_SKIP_PREFLIGHT=head` skips the first alone, e.g. on a head node "

@@ -30,13 +30,12 @@ from pats.backends.verl.config import (
     TRAIN_LOOP,
     VALIDATION_LOOP,
     WORKER_ENV,
-    check,
     compose,
     require_verl,
     verl_overrides,
     worker_env,
 )
-from pats.backends.verl.preflight import check_node, resolve_attention
+from pats.backends.verl.preflight import check_node, resolve_attention, skip_line, skipped
 from pats.errors import PrerequisiteError
 from pats.fileio import write_atomic
 from pats.spec import ExperimentSpec, spec_to_yaml
@@ -190,13 +189,8 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
     lines += [
         ")",
         'if [ -n "${WORKER_ENV[*]:-}" ]; then OVERRIDES+=("${WORKER_ENV[@]}"); fi',  # set -u in old bash
-        # pats.backends.verl.preflight.SKIPS: head (or 1) and all skip this node's check.
-        'case "${PATS_SKIP_PREFLIGHT:-0}" in',
-        '  0|"") python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@" ;;',
-        "  head|1|all) ;;",
-        '  *) echo "launch.sh: PATS_SKIP_PREFLIGHT=$PATS_SKIP_PREFLIGHT: write head (skip the check of'
-        ' this node only) or all" >&2; exit 2 ;;',
-        "esac",
+        # It reads PATS_SKIP_PREFLIGHT itself (pats.backends.verl.preflight.skipped, the one reader).
+        'python3 -m pats.backends.verl.preflight "${OVERRIDES[@]}" "$@"',
         'mkdir -p "$RUN_DIR"',
         # verl's main_ppo, with Ray started with this shell's run variables, the CPU count checked and
         # the preflight on every node (pats.backends.verl.main).
@@ -207,26 +201,24 @@ def launch_script(spec: ExperimentSpec, overrides: list[str], env: Mapping[str, 
 
 def run_verl(spec: ExperimentSpec, run_dir: Path) -> Path:
     """Train `spec` with verl in this process (Ray starts locally unless RAY_ADDRESS names a cluster).
-    Resuming is verl's: trainer.resume_mode=auto finds <run_dir>/checkpoints."""
+    Resuming is verl's: trainer.resume_mode=auto finds <run_dir>/checkpoints. The checks are launch.sh's
+    (this node's, then the cluster's, `PATS_SKIP_PREFLIGHT` read by the same function)."""
+    skip = skipped(os.environ)  # an unknown value stops here, before anything is written
     require_verl()
     overrides = write_bundle(spec, run_dir / "verl", run_dir=str(run_dir))
     config = compose(overrides)
-    try:
-        print(f"verl: {resolve_attention(config)}")  # where the spec leaves it to pats: flash-attn or SDPA
-        check_node(config)  # a refused run leaves nothing: run_spec removes what it wrote
-    except PrerequisiteError as err:
-        raise PrerequisiteError(
-            f"{err}\nOn a machine without a GPU use trainer.backend: local, or export the run for a GPU "
-            "node with `pats export verl SPEC OUT/`"
-        ) from None
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-    from verl.utils.device import auto_set_device
+    print(f"verl: {resolve_attention(config)}")  # where the spec leaves it to pats: flash-attn or SDPA
+    if "head" in skip:
+        print(skip_line(os.environ))
+    else:
+        try:
+            check_node(config)  # a refused run leaves nothing: run_spec removes what it wrote
+        except PrerequisiteError as err:
+            raise PrerequisiteError(
+                f"{err}\nOn a machine without a GPU use trainer.backend: local, or export the run for a GPU "
+                "node with `pats export verl SPEC OUT/`"
+            ) from None
+    from pats.backends.verl.main import train
 
-    from pats.backends.verl.cluster import init_ray, node_preflight
-
-    auto_set_device(config)
-    check(config)
-    init_ray(config, spec)  # the run's variables from this environment, the CPU count
-    node_preflight(config, str(config.pats.spec))  # every node of the cluster, before verl places anything
-    run_ppo(config, task_runner_class=TaskRunnerV1)
+    train(config, spec, skip)
     return run_dir

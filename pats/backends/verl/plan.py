@@ -43,7 +43,10 @@ term is an estimate. Each term says where it comes from (`Term.source`): "measur
 states, activations without checkpointing and chunked logits against the local backend in
 bench/perf/memory_plan.py), "gpu" (the SDPA terms, on that H200), "code" (read from verl's, transformers'
 or torch's source), "assumed" (an allowance).
-`trainer.overrides` are not read: the plan names any that touch a key it depends on.
+Of `trainer.overrides` the plan reads two keys: the attention (`ATTN_KEY`: flash_attention_2 drops the
+SDPA terms) and `actor_rollout_ref.rollout.enforce_eager` (`EAGER_KEY`: true drops vLLM's CUDA-graph
+pool from the reserve). It names every other override as not read, and says which of those touch a key
+its estimate depends on (`PLANNED_KEYS`).
 
 Length (over 450 lines, on purpose): one estimate, term by term, each term saying where verl
 0.9.1 allocates it; the terms are read together to check that the plan adds them up as verl does.
@@ -59,15 +62,17 @@ from pats.errors import PrerequisiteError, SpecError, SpecIssue
 from pats.spec.models import ExperimentSpec, LoraSpec
 
 GB = 1e9  # the spec's gpu_memory_gb and every number printed here: 10^9 bytes
+GRAPHS = "vLLM CUDA-graph pool"  # the reserve's part enforce_eager turns off
 # The reserve, part by part: (name, GB, why). Assumptions, to be measured on the first GPU run.
 RESERVE = (
     ("CUDA contexts", 1.0, "two processes per GPU, the FSDP worker and the vLLM server, ~0.5 GB each"),
     ("NCCL buffers", 0.5, "the FSDP process group's communicators and their buffers"),
     ("allocator fragmentation", 1.0, "blocks PyTorch's caching allocator holds but cannot reuse"),
-    ("vLLM CUDA-graph pool", 4.0, "3-6 GB expected for a 0.5B-7B model; kept while the engine sleeps"),
+    (GRAPHS, 4.0, "3-6 GB expected for a 0.5B-7B model; kept while the engine sleeps"),
 )
 RESERVE_GB = sum(gb for _, gb, _ in RESERVE)
 ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"  # verl's default false: vLLM captures CUDA graphs
 ENTROPY_CHUNK = 2048  # verl's entropy_from_logits_chunk_size
 FUSED_CHUNK = 512  # verl's FusedLinearForPPO chunk_size
 # verl keys the plan depends on: an override of one makes the plan say it did not read it.
@@ -86,6 +91,41 @@ PLANNED_KEYS = (
     "data.max_prompt_length",
     "data.max_response_length",
 )
+
+
+def override_key(override: str) -> str:
+    """The key a Hydra override sets (`key=v`, `+key=v`, `++key=v`) or deletes (`~key`)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def override_value(overrides: tuple[str, ...], key: str) -> str | None:
+    """The value the last override of `key` sets, or None (none, or the last one deletes it)."""
+    value = None
+    for override in overrides:
+        if override_key(override) == key:
+            value = None if override.startswith("~") else override.partition("=")[2]
+    return value
+
+
+def eager(overrides: tuple[str, ...]) -> bool | None:
+    """Whether the overrides turn enforce_eager on (True) or leave verl's default, off (False); None
+    for a value the plan cannot read (an interpolation): it is then named as not read."""
+    value = override_value(overrides, EAGER_KEY)
+    if value is None:
+        return False
+    return {"true": True, "false": False}.get(value.strip().lower())
+
+
+@dataclass(frozen=True)
+class Unread:
+    """An override the plan does not read, and whether its key is one the estimate depends on."""
+
+    override: str
+    planned: bool  # its key is in PLANNED_KEYS: the numbers assume the spec's value instead
+
+    def note(self) -> str:
+        why = ", a key the estimate depends on: the numbers above assume the value without it"
+        return f"note: the plan does not read the override '{self.override}'" + (why if self.planned else "")
 
 
 @dataclass(frozen=True)
@@ -288,7 +328,7 @@ class MemoryPlan:
     phases: tuple[Phase, ...]
     checkpoint_gb: float
     checkpoints_on_disk: int
-    unread_overrides: tuple[str, ...]
+    unread_overrides: tuple[Unread, ...]
     kv: KvCache | None = None
 
     @property
@@ -322,7 +362,7 @@ class MemoryPlan:
             f"disk: {self.checkpoint_gb:.1f} GB per checkpoint x {self.checkpoints_on_disk} kept = "
             f"{self.disk_gb:.1f} GB"
         )
-        lines += [f"note: the plan does not read the override '{o}'" for o in self.unread_overrides]
+        lines += [unread.note() for unread in self.unread_overrides]
         return "\n".join(lines)
 
 
@@ -363,8 +403,14 @@ def kv_cache(spec: ExperimentSpec, shape: ModelShape) -> KvCache:
     return KvCache(int(room // per_token), -(-worst // servers), servers, per_token)
 
 
-def reserve_terms() -> tuple[Term, ...]:
-    return tuple(Term(f"reserve: {name}", gb, why, "assumed") for name, gb, why in RESERVE)
+def reserve_terms(enforce_eager: bool = False) -> tuple[Term, ...]:
+    """The reserve's parts; with enforce_eager vLLM captures no CUDA graphs, so their pool is 0."""
+    return tuple(
+        Term(f"reserve: {name}", 0.0, f"{EAGER_KEY}=True: no CUDA graphs", "code")
+        if name == GRAPHS and enforce_eager
+        else Term(f"reserve: {name}", gb, why, "assumed")
+        for name, gb, why in RESERVE
+    )
 
 
 def sdpa_terms(tokens: int, vocab: int, fused: bool) -> tuple[Term, ...]:
@@ -455,9 +501,10 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
     v = shape.vocab
     logit_gb = tokens * v * 2 / GB  # bf16
     scaled = pol.temperature != 1.0
-    reserve = reserve_terms()
+    eager_mode = eager(tr.overrides)
+    reserve = reserve_terms(bool(eager_mode))
     # Without flash-attn (SDPA, pats' pick where it does not import): the mask and the logits copy.
-    flash = any(o.lstrip("+~").startswith(f"{ATTN_KEY}=flash_attention") for o in tr.overrides)
+    flash = (override_value(tr.overrides, ATTN_KEY) or "").startswith("flash_attention")
     sdpa = () if flash else sdpa_terms(tokens, v, tr.fused_kernels)
     states = state_terms(stored, trained, gpus, 4)
     embeddings = v * shape.hidden * 2 * (1 if shape.tied else 2)
@@ -534,7 +581,12 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
     )
     saves = -(-tr.steps // tr.checkpoint_every)
     kept = saves if tr.checkpoints_kept is None else min(tr.checkpoints_kept, saves)
-    unread = tuple(o for o in tr.overrides if o.lstrip("+~").split("=", 1)[0].startswith(PLANNED_KEYS))
+    read = {ATTN_KEY} | ({EAGER_KEY} if eager_mode is not None else set())
+    unread = tuple(
+        Unread(o, override_key(o).startswith(PLANNED_KEYS))
+        for o in tr.overrides
+        if override_key(o) not in read
+    )
     return MemoryPlan(
         spec_name=spec.name,
         model=pol.model,
@@ -549,6 +601,20 @@ def plan_verl(spec: ExperimentSpec, shape: ModelShape | None = None) -> MemoryPl
         checkpoints_on_disk=kept,
         unread_overrides=unread,
         kv=kv_cache(spec, shape),
+    )
+
+
+def gpus_here(spec: ExperimentSpec, here: int) -> str | None:
+    """A note where this machine lists GPUs (`here`, nvidia-smi's count; 0 where it lists none, e.g. a
+    machine that plans for another) but fewer than one node of the spec: the preflight would refuse a
+    run here (pats.backends.verl.cluster.check_gpus), so the note names the override a run here needs."""
+    tr = spec.verl_trainer()
+    if here == 0 or here >= tr.gpus_per_node:
+        return None
+    return (
+        f"note: nvidia-smi lists {here} GPU(s) on this machine and the plan is for {tr.nnodes} node(s) x "
+        f"{tr.gpus_per_node} GPU(s): a run here needs trainer.gpus_per_node={here} (`pats plan SPEC "
+        f"trainer.gpus_per_node={here}` plans that), else the preflight refuses it"
     )
 
 

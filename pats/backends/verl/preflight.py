@@ -20,12 +20,14 @@ Every refusal is one PrerequisiteError listing each missing piece with its fix. 
 usually run on a machine that is not a GPU node, refuses only a wrong verl version (its config check
 is verl's) and lists the rest (`needs`) in the bundle's README.
 
-`PATS_SKIP_PREFLIGHT` (`skipped`): `head` (or `1`) skips launch.sh's check of the launching node (a
-head node without GPUs) and keeps the check of every node of the cluster; `all` skips both.
+`PATS_SKIP_PREFLIGHT` (`skipped`, its one reader): `head` (or `1`) skips the launching node's own check
+(`pats run`'s, and this module's, which launch.sh always runs: a head node without GPUs) and keeps the
+check of every node of the cluster; `all` skips both; another value is refused on either path.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -70,15 +72,22 @@ SKIPS: dict[str, frozenset[str]] = {
 
 
 def skipped(environ: Mapping[str, str]) -> frozenset[str]:
-    """The preflights `PATS_SKIP_PREFLIGHT` in `environ` skips (see `SKIPS`)."""
+    """The preflights `PATS_SKIP_PREFLIGHT` in `environ` skips (see `SKIPS`): the one reader of the
+    variable, for `pats run`, launch.sh's check of its node (`main`) and the check of every node
+    (pats.backends.verl.main)."""
     value = environ.get(SKIP_VARIABLE, "")
     if value not in SKIPS:
         raise PrerequisiteError(
-            f"{SKIP_VARIABLE}={value!r} is not a value pats reads: write head (skip the launching node's "
-            "own check, e.g. a head node without GPUs; every node of the cluster is still checked), all "
-            "(no check at all), or leave it unset"
+            f"{SKIP_VARIABLE}={value!r} is not a value pats reads; the values it reads: head (skip the "
+            "launching node's own check, e.g. a head node without GPUs; every node of the Ray cluster is "
+            "still checked), all (no check at all), 1 (the same as head), 0 or unset (every check)"
         )
     return SKIPS[value]
+
+
+def skip_line(environ: Mapping[str, str]) -> str:
+    """What the launching node's check prints when `PATS_SKIP_PREFLIGHT` skips it."""
+    return f"preflight: this node is not checked ({SKIP_VARIABLE}={environ[SKIP_VARIABLE]})"
 
 
 def engine_install(engine: str) -> str:
@@ -98,7 +107,8 @@ class Needs:
         return self.attn_implementation.startswith("flash_attention")
 
     def lines(self) -> list[str]:
-        """One line per need, with its install command, for the bundle's README."""
+        """What every node needs, one line each with its install command (the bundle's README, what
+        `pats export verl` prints after "every node needs")."""
         out = [
             f"verl {VERL_VERSION} with {self.engine}, the rollout engine, and the CUDA build of torch it pins "
             f"(`{engine_install(self.engine)}`), which the node's NVIDIA driver must run"
@@ -108,11 +118,6 @@ class Needs:
                 else ""
             )
         ]
-        if self.attn_implementation == AUTO_ATTN:
-            out.append(
-                "the attention is picked where the run launches: flash_attention_2 if flash_attn imports "
-                f"there, else PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}"
-            )
         if self.flash_attn:
             out.append(
                 f"flash-attn: the actor loads with attn_implementation={self.attn_implementation} "
@@ -120,6 +125,15 @@ class Needs:
                 "(PyTorch's SDPA attention, nothing to install)"
             )
         return out
+
+    def notes(self) -> list[str]:
+        """What is decided where the run launches rather than needed on every node, one sentence each."""
+        if self.attn_implementation != AUTO_ATTN:
+            return []
+        return [
+            "the attention is picked where the run launches: flash_attention_2 if flash_attn imports "
+            f"there, else PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}"
+        ]
 
 
 def needs(config) -> Needs:
@@ -282,9 +296,13 @@ def check_node(config) -> Needs:
 
 def main(argv: list[str] | None = None) -> int:
     """`python3 -m pats.backends.verl.preflight OVERRIDE...`: compose as main_ppo would, pick the
-    attention as the launch will (`resolve_attention`), then check."""
+    attention as the launch will (`resolve_attention`), then check; unless `PATS_SKIP_PREFLIGHT` skips
+    this node's check (launch.sh always runs this: the variable has one reader, `skipped`)."""
     overrides = sys.argv[1:] if argv is None else argv
     try:
+        if "head" in skipped(os.environ):
+            print(skip_line(os.environ))
+            return 0
         config = compose(overrides)
         attention = resolve_attention(config)
         need = check_node(config)
