@@ -81,6 +81,8 @@ def test_the_dry_run_on_each_route_validates_plans_and_exports(tmp_path, route, 
     lines = summary(said)
     assert list(lines) == list(CHECKS)
     assert lines["plan"].startswith("ok") and lines["export"].startswith("ok")
+    assert lines["install"].startswith("differs") and "FAILED" not in said  # not counted in a dry run
+    assert said.splitlines()[-1].startswith("verl-smoke: dry run ok (the launches were not run); this")
     assert all(lines[name].startswith("-") and "not run (dry run)" in lines[name] for name in CHECKS[3:])
     assert [c["name"] for c in json.loads((out / "checks.json").read_text())] == list(CHECKS)
     launch = (out / "bundle" / "launch.sh").read_text()
