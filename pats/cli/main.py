@@ -443,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pats.cli.compile_reviser import add_compile_parser
     from pats.cli.reviser import add_reviser_parser
+    from pats.cli.serve import add_serve_parser
     from pats.cli.sweep import add_sweep_parser
     from pats.compare.command import add_compare_parser
     from pats.data.command import add_data_parser
@@ -450,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parser(sub)
     add_compile_parser(sub)
     add_reviser_parser(sub)
+    add_serve_parser(sub)
     add_sweep_parser(sub)
     add_compare_parser(sub)
     return parser

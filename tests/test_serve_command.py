@@ -1,0 +1,117 @@
+"""`pats serve`: the command line it runs (the one pats.testing.VLLMServer starts in tests), what it says
+to point `pats reviser bench` at, and what it refuses; vLLM is never started (it takes minutes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from pats.cli import serve
+from pats.cli.main import main
+from pats.lm.serve import COMPACT_JSON, vllm_command, vllm_env
+from pats.testing.vllm_server import VLLMServer
+
+
+@pytest.fixture
+def model_dir(tmp_path) -> Path:
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture
+def python(tmp_path) -> Path:
+    path = tmp_path / "vllm-python"
+    path.write_text("")
+    return path
+
+
+def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys):
+    code = main(["serve", str(model_dir), "--name", "m", "--port", "8123", "--python", str(python),
+                 "--max-model-len", "4096", "--kv-cache-gib", "3", "--dry-run"])  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[:2] == [
+        "model string hosted_vllm/m, --api-base http://127.0.0.1:8123/v1 (api_base in a spec):",
+        "  pats reviser bench --model hosted_vllm/m --api-base http://127.0.0.1:8123/v1",
+    ]
+    assert shlex.split(out[2]) == [
+        "VLLM_CPU_KVCACHE_SPACE=3", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1", "HF_HUB_OFFLINE=1",
+        "TRANSFORMERS_OFFLINE=1", str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
+        "--dtype", "bfloat16", "--max-model-len", "4096",
+        "--structured-outputs-config", json.dumps(COMPACT_JSON),
+    ]  # fmt: skip
+
+
+def test_it_becomes_the_server_with_its_environment(model_dir, python, monkeypatch, capsys):
+    """Without --dry-run the process is replaced by vLLM (os.execve, captured here); a Hugging Face id
+    is fetched (not offline), a directory is served offline; 0.0.0.0 is reached at 127.0.0.1 here."""
+    ran = []
+    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: ran.append((path, argv, env)))
+    monkeypatch.setenv("PATS_VLLM_PYTHON", str(python))
+    assert main(["serve", str(model_dir), "--host", "0.0.0.0"]) == 0
+    path, argv, env = ran.pop()
+    assert path == str(python) and argv == vllm_command(python, model_dir, "my-model", host="0.0.0.0")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert "--api-base http://127.0.0.1:8000/v1" in capsys.readouterr().out
+    assert main(["serve", "Qwen/Qwen2.5-7B-Instruct"]) == 0
+    path, argv, env = ran.pop()
+    assert argv[argv.index("--model") + 1] == "Qwen/Qwen2.5-7B-Instruct" and "HF_HUB_OFFLINE" not in env
+    assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen2.5-7B-Instruct", "vLLM's own default"
+
+
+def test_the_default_is_the_embedded_policys_converted_directory(model_dir, python, monkeypatch, capsys):
+    import pats.models.files as files
+
+    monkeypatch.setattr(files, "resolve_model_dir", lambda model: model_dir)
+    assert main(["serve", "--python", str(python), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"--model {model_dir} --served-model-name my-model" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (
+            ["--python", "/no/such/python"],
+            3,
+            "no vLLM interpreter at /no/such/python: `./scripts/install .venv --test`",
+        ),
+        (["--port", "0"], 2, "--port 0: write a port between 1 and 65535"),
+    ],
+)
+def test_what_cannot_run_is_refused(argv, code, says, model_dir, capsys):
+    assert main(["serve", str(model_dir), *argv]) == code
+    assert says in capsys.readouterr().err
+
+
+def test_a_folder_without_config_is_not_a_model(tmp_path, python, capsys):
+    assert main(["serve", str(tmp_path), "--python", str(python)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path}: not a model directory (no config.json)"
+
+
+def test_the_test_fixture_starts_the_same_command(model_dir, python, monkeypatch):
+    monkeypatch.setenv("PATS_VLLM_PYTHON", str(python))
+    launched = []
+    monkeypatch.setattr(VLLMServer, "_launch", lambda self, command, env: launched.append((command, env)))
+    server = VLLMServer(model_dir, name="m")
+    server.start()
+    command, env = launched[0]
+    assert command == vllm_command(python, model_dir.resolve(), "m", port=server.port)
+    assert {k: env[k] for k in vllm_env()} == vllm_env() and env["PATH"] == os.environ["PATH"]
+
+
+def test_the_interpreter_is_the_named_one_else_the_venv_beside_this_one(monkeypatch, python):
+    from pats.lm.serve import vllm_python
+
+    monkeypatch.delenv("PATS_VLLM_PYTHON", raising=False)
+    assert vllm_python() == Path(sys.prefix + "-vllm") / "bin" / "python"
+    monkeypatch.setenv("PATS_VLLM_PYTHON", "/opt/vllm/bin/python")
+    assert vllm_python() == Path("/opt/vllm/bin/python") and vllm_python(str(python)) == python
