@@ -50,6 +50,13 @@ class SpecError(PatsError):
         return head + "\n" + "\n".join("  " + issue.render() for issue in self.issues)
 
 
+class UsageError(PatsError):
+    """A command's flags that cannot run (they conflict, or name nothing to run), where no spec is
+    involved: printed as it is, with the exit code of a spec problem."""
+
+    exit_code = 2
+
+
 def install_hint(extras: str) -> str:
     """How to install an extra of pats: from a clone, since the package named `pats` on the package index
     is an unrelated project (installing an extra by that name would install the other one)."""

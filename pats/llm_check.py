@@ -5,14 +5,16 @@ Without them a misconfigured LLM trains anyway: every review's call fails, the r
 
 - `check_providers`: each model string's provider prefix against the installed LiteLLM's own provider
   list; an unknown one is a SpecError naming the field and the closest known providers
-  (`hosted-vllm` -> `hosted_vllm`). `pats validate` and `pats run` call it. It is not in the spec
+  (`hosted-vllm` -> `hosted_vllm`: `unknown_provider`, which `pats reviser bench --model` asks too).
+  `pats validate` and `pats run` call it. It is not in the spec
   validator: `import litellm` takes seconds (~5 s here) and specs load on every command and in many
   tests, so LiteLLM is imported only here, and only for a spec that names an LLM. Without the `llm`
   extra (dspy, litellm) such a spec is a PrerequisiteError naming the field and the install command.
 - `unset_keys`: each called LLM whose api_key_env is not set in the environment; `pats validate` prints
   them as notes and still exits 0.
 - `preflight`: at `pats run` start, one short request to each LLM the run will call (its model string,
-  api_base, key and timeout; llm.max_retries for transient faults). A refused key, an unknown model,
+  api_base, key and timeout; llm.max_retries for transient faults; `pats reviser bench` gives the
+  request a shorter timeout of its own than its bundles' calls, `_check`'s `ask_timeout_s`). A refused key, an unknown model,
   an unreachable server or no answer stops the run with a PrerequisiteError that says which field or
   environment variable to fix. `llm.preflight: false` skips it for that LLM.
 
@@ -77,25 +79,35 @@ def litellm_providers() -> tuple[str, ...]:
     return tuple(sorted(str(getattr(p, "value", p)) for p in litellm.provider_list))
 
 
+def unknown_provider(model: str, known: tuple[str, ...] | None = None) -> str | None:
+    """What is wrong with `model`'s provider prefix when LiteLLM (`known`: its providers, read when
+    None) does not know it, with the closest known ones (`hosted-vllm` -> did you mean 'hosted_vllm'?);
+    None when it knows it. `pats validate`, `pats run` and `pats reviser bench` all ask this."""
+    known = litellm_providers() if known is None else known
+    prefix = model.split("/", 1)[0]
+    if prefix in known:
+        return None
+    lowered = {name.lower(): name for name in known}
+    close = [lowered[m] for m in difflib.get_close_matches(prefix.lower(), list(lowered), n=3)]
+    hint = (
+        "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+        if close
+        else f"write one of LiteLLM's providers ({PROVIDERS_URL})"
+    )
+    return f"unknown LiteLLM provider '{prefix}'; {hint}"
+
+
 def provider_issues(spec: ExperimentSpec) -> list[SpecIssue]:
     """One issue per LLM model string whose provider prefix LiteLLM does not know."""
     llms = spec_llms(spec)
     if not llms:
         return []
     known = litellm_providers()
-    lowered = {name.lower(): name for name in known}
     issues = []
     for path, llm in llms:
-        prefix = llm.model.split("/", 1)[0]
-        if prefix in known:
-            continue
-        close = [lowered[m] for m in difflib.get_close_matches(prefix.lower(), list(lowered), n=3)]
-        hint = (
-            "did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-            if close
-            else f"write one of LiteLLM's providers ({PROVIDERS_URL})"
-        )
-        issues.append(SpecIssue(f"{path}.model", f"unknown LiteLLM provider '{prefix}'; {hint}"))
+        problem = unknown_provider(llm.model, known)
+        if problem:
+            issues.append(SpecIssue(f"{path}.model", problem))
     return issues
 
 
@@ -182,23 +194,34 @@ def _ask() -> Any:
     return dspy.settings.lm(PREFLIGHT_PROMPT, max_tokens=PREFLIGHT_MAX_TOKENS)
 
 
-async def _check(path: str, llm: LLMSpec, probe: Probe) -> str | None:
-    """None when `llm` answered, else what went wrong and what to write instead."""
-    from pats.lm.caller import LLMCaller, probe_structured
+async def _check(path: str, llm: LLMSpec, probe: Probe, ask_timeout_s: float | None = None) -> str | None:
+    """None when `llm` answered, else what went wrong and what to write instead. `ask_timeout_s`: how
+    long the short request waits for its answer (None: llm.timeout_s); the probe that follows has
+    llm.timeout_s, as any call with the schema (a slow server's answer to it is not a refusal)."""
+    from pats.lm.caller import LLMCaller, missing_key, probe_structured
     from pats.lm.probe import structured_decision
 
     head = f"{path} ({llm.model}{f' at {llm.api_base}' if llm.api_base else ''}): "
+    key = missing_key(llm, f"{path}.api_key_env", f"{path}.api_key_env: null")
+    if key:
+        return head + key
+    asked = llm.model_copy(update={"cache": False})  # a cached answer proves nothing
+    if ask_timeout_s is not None:
+        asked = asked.model_copy(update={"timeout_s": ask_timeout_s})
     try:
-        caller = LLMCaller(llm.model_copy(update={"cache": False}))  # a cached answer proves nothing
-    except PatsError as err:  # the key's variable is unset, or the settings refused
+        caller = LLMCaller(asked)
+    except PatsError as err:  # the settings refused
         return head + str(err).strip()
     try:
         await caller.call(_ask)
-        caller.probe = probe
         if llm.structured == "auto" and structured_decision(llm) is None:
+            if asked.timeout_s != llm.timeout_s:
+                caller.close()
+                caller = LLMCaller(llm.model_copy(update={"cache": False}))
+            caller.probe = probe
             await probe_structured(caller, path)
     except JudgeError:
-        return head + explain(path, llm, caller.last_error, sum(caller.faults.values()))
+        return head + explain(path, asked, caller.last_error, sum(caller.faults.values()))
     finally:
         caller.close()
     return None
@@ -209,6 +232,7 @@ def explain(path: str, llm: LLMSpec, error: BaseException | None, attempts: int)
     from dspy.utils import exceptions as dx
 
     from pats.lm.faults import fault_kind, mask_secrets
+    from pats.spec.providers import KEYLESS, provider_of
 
     where = "the server" if llm.api_base else "the provider's API"  # the head names the address
     status = getattr(error, "status", None)
@@ -217,10 +241,12 @@ def explain(path: str, llm: LLMSpec, error: BaseException | None, attempts: int)
     detail = mask_secrets(text.splitlines()[0][:240] if text else type(error).__name__, [llm.api_key_env])
     kind = fault_kind(error) if error is not None else None
     if isinstance(error, dx.LMNotConfiguredError):
+        keyless = "; a self-hosted OpenAI-compatible server that takes no key is written hosted_vllm/<model>"
+        if provider_of(llm.model) in KEYLESS:  # it is written so already
+            keyless = ""
         return (
             f"{llm.model} needs an API key and none was given: set {path}.api_key_env to the name of the "
-            "environment variable that holds it, and export it; a self-hosted OpenAI-compatible server "
-            "that takes no key is written hosted_vllm/<model>"
+            f"environment variable that holds it, and export it{keyless}"
         )
     if isinstance(error, dx.LMAuthError) or status in (401, 403):
         if llm.api_key_env:

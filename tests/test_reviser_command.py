@@ -6,7 +6,11 @@ tokenizer counts scaffold tokens, as in a user's run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ import pytest
 from pats.cli.main import main
 from pats.engine import run as run_module
 from pats.reviser.bench import Contender, reviser_for
-from pats.reviser.bundles import SHIPPED, load
+from pats.reviser.bundles import SHIPPED, load, save
 from pats.reviser.score import score
 from pats.spec.models import LLMSpec
 from pats.testing import FakeEnv, ScriptedBackend, ScriptedOpenAIServer, improving_schedule
@@ -134,7 +138,10 @@ def test_an_unreachable_server_is_refused_with_the_flag_to_fix(capsys):
             ["--rules", "--bundles", "no-such-folder"],
             "--bundles no-such-folder: not a folder of reviser bundles",
         ),
-        (["--rules", "--only", "no-such-bundle"], "no heldout bundles in"),
+        (
+            ["--rules", "--only", "no-such-bundle"],
+            "has a name containing no-such-bundle (it holds 19 heldout and 15 train bundles)",
+        ),
         (
             ["--model", "openai/m", "--max-tokens", "3"],
             "--max-tokens: Input should be greater than or equal to 16",
@@ -182,3 +189,183 @@ def test_a_finished_runs_reviews_become_bundles_the_bench_reads(tmp_path, monkey
 
     assert main(["reviser", "record", str(tmp_path), "--bundles", str(folder)]) == 2
     assert "not a `pats run` directory" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def silent_server():
+    """A server on 127.0.0.1 that accepts every connection and never answers (a stalled one)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(sock.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        sock.close()
+
+
+def test_a_server_that_never_answers_is_told_within_the_checks_own_timeout(capsys):
+    """The check before the first bundle waits --check-timeout, not a bundle's --timeout (600 s), and
+    says first what it waits for and how long each bundle's call may."""
+    with silent_server() as url:
+        began = time.monotonic()
+        code = main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", url,
+                     "--check-timeout", "1"])  # fmt: skip
+        took = time.monotonic() - began
+    out, err = capsys.readouterr()
+    assert code == 3 and took < 30, (code, took)
+    assert (
+        f"checking hosted_vllm/m at {url}: one short request, waiting up to 1 s for its answer "
+        "(--check-timeout), then one with the reviser's answer schema (structured: auto); then each "
+        "bundle's call may wait up to 600 s (--timeout)"
+    ) in out
+    assert err.strip() == (
+        f"error: the reviser (hosted_vllm/m at {url}): no answer from the server within "
+        "--check-timeout=1s (1 attempt(s)): check the server, or raise --check-timeout"
+    )
+
+
+def test_the_check_waits_as_long_as_pats_runs_by_default():
+    from pats.cli.main import build_parser
+
+    args = build_parser().parse_args(["reviser", "bench", "--model", "hosted_vllm/m"])
+    assert (args.check_timeout, args.timeout) == (LLMSpec(model="hosted_vllm/m").timeout_s, 600.0)
+
+
+def test_faults_are_a_column_and_a_count_and_no_scored_bundle_exits_1(tmp_path, capsys):
+    """Every call answered with a server error (the script is empty: 500 for each): the fault column
+    says server_error, the totals count them, the result file keeps each error whole, the first is
+    printed whole, and the command exits 1 since no bundle was scored."""
+    names = [b.name for b in load(SHIPPED, split="heldout")][:2]
+    with ScriptedOpenAIServer([], structured=True) as server:
+        code = main(["reviser", "bench", "--model", "hosted_vllm/scripted", "--api-base", server.base_url,
+                     "--only", *names, "--out", str(tmp_path)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "error: no bundle was scored by hosted_vllm_scripted: every answer was a fault (above); exit 1"
+    )
+    rows = json.loads((tmp_path / "hosted_vllm_scripted.json").read_text())["rows"]
+    assert [r["fault"] for r in rows] == ["server_error"] * 2
+    whole = rows[0]["error"]
+    assert len(whole) > 60 and whole.startswith("hosted_vllm/scripted: no usable answer after 1 attempt(s)")
+    assert whole.endswith("or raise llm.max_retries / llm.timeout_s"), "the error is kept whole"
+    lines = {name: next(line for line in out.splitlines() if name[:46] in line) for name in names}
+    assert all(" fault " in line and " server_error" in line for line in lines.values()), lines
+    assert "faults 2/2 (server_error x2); refused by no rule" in out
+    said = whole.replace("llm.api_base", "--api-base").replace(
+        "llm.max_retries / llm.timeout_s", "--max-retries / --timeout"
+    )
+    assert said.endswith("Check the model, --api-base and the server, or raise --max-retries / --timeout")
+    assert f"hosted_vllm_scripted: first fault, on {names[0]}: {said}\n" in out, (
+        "printed whole, naming the flags"
+    )
+
+
+def test_a_malformed_answer_is_a_fault_beside_a_scored_bundle_and_exits_0(tmp_path, capsys):
+    bundles = [b for b in load(SHIPPED, split="heldout") if b.assessment.mode.value == "REVISE"][:2]
+    with ScriptedOpenAIServer([answer_for(bundles[0]), "not an edit list"], structured=True) as server:
+        code = main(["reviser", "bench", "--model", "hosted_vllm/scripted", "--api-base", server.base_url,
+                     "--only", *(b.name for b in bundles), "--out", str(tmp_path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "faults 1/2 (malformed x1)" in out
+    rows = json.loads((tmp_path / "hosted_vllm_scripted.json").read_text())["rows"]
+    assert "fault" not in rows[0] and rows[1]["fault"] == "malformed"
+
+
+def test_bundles_of_another_split_say_which_splits_the_folder_holds(tmp_path, capsys):
+    """Bundles recorded with --split train, benched without --split: no "problem in the spec" (there is
+    none), the splits the folder holds and what to pass."""
+    train = [b for b in load(SHIPPED, split="train")][:3]
+    save(train, tmp_path)
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path} holds 3 train bundles and no heldout ones (--split heldout is the default): "
+        "pass --split train, or --split all"
+    )
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--only", "no-such"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: no bundle in {tmp_path} has a name containing no-such (it holds 3 train bundles): "
+        "name a part of one of theirs with --only"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["reviser", "bench", "--rules", "--bundles", str(empty)]) == 2
+    assert "no bundles in" in capsys.readouterr().err
+
+
+def test_an_unknown_provider_is_refused_as_pats_validate_refuses_it(tmp_path, capsys, write):
+    from pats.llm_check import unknown_provider
+
+    said = unknown_provider("hosted-vllm/m")
+    assert said == "unknown LiteLLM provider 'hosted-vllm'; did you mean 'hosted_vllm'?"
+    spec = write("s.yaml", "name: s\nenvironment: {kind: twx}\nscaffold: {mode: pats}\n"
+                 "reviser: {kind: llm, llm: {model: hosted-vllm/m, api_base: 'http://127.0.0.1:9/v1'}}\n")  # fmt: skip
+    assert main(["validate", str(spec)]) == 2
+    assert f"reviser.llm.model: {said}" in capsys.readouterr().err
+    assert main(["reviser", "bench", "--model", "hosted-vllm/m", "--api-base", "http://127.0.0.1:9/v1"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --model hosted-vllm/m: {said}"
+    assert main(["reviser", "bench", "--rules", "--compare", "hosted-vllm/m"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --compare hosted-vllm/m: {said}"
+
+
+def test_an_unset_key_names_the_benchs_flag(monkeypatch, capsys):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("PATS_TEST_UNSET_KEY", raising=False)
+    assert main(["reviser", "bench", "--model", "openai/gpt-4o-mini"]) == 3
+    assert capsys.readouterr().err.strip() == (
+        "error: the reviser (openai/gpt-4o-mini): environment variable OPENAI_API_KEY is not set: "
+        "openai/gpt-4o-mini needs an API key (--api-key-env names the variable; left out, it is the "
+        "provider's). Export it"
+    )
+    url = "http://127.0.0.1:9/v1"
+    assert main(["reviser", "bench", "--model", "openai/m", "--api-base", url]) == 3
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "Export it; for a self-hosted OpenAI-compatible server that takes no key write hosted_vllm/<model>"
+        )
+    )
+    assert main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", url,
+                 "--api-key-env", "PATS_TEST_UNSET_KEY"]) == 3  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        f"error: the reviser (hosted_vllm/m at {url}): environment variable PATS_TEST_UNSET_KEY is not "
+        "set, and --api-key-env names it as the key of hosted_vllm/m: export it, or leave --api-key-env "
+        "out if the server takes no key"
+    )
+
+
+def test_each_bundle_is_printed_once_in_aligned_columns(capsys):
+    """--rules on the 19 held-out bundles: the head, then each bundle's line once as it is scored, its
+    columns where the head has them at 9/19 and 10/19 alike; "-" for the rules' kinds against
+    themselves; the scaffold tokens said to be a sum."""
+    assert main(["reviser", "bench", "--rules"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    bundles = load(SHIPPED, split="heldout")
+    head = next(line for line in lines if "refused by" in line)
+    rows = [line for line in lines if any(b.name[:46] in line for b in bundles)]
+    assert len(rows) == 19 and len(set(rows)) == 19, "each bundle once"
+    assert [line.split()[0] for line in rows] == [f"{k}/19" for k in range(1, 20)]
+    for line in rows:
+        for column in ("bundle", "mode", "first", "fault"):
+            assert line[head.index(column)] != " " and line[head.index(column) - 1] == " ", (column, line)
+    kinds_end = head.index("kinds/rules") + len("kinds/rules")
+    assert all(line[kinds_end - 1] == "-" and line[kinds_end - 2] == " " for line in rows)
+    assert "1.00" not in "\n".join(lines)
+    assert "scaffold tokens, summed over the 19 bundles, " in "\n".join(lines)

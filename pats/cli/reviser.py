@@ -2,19 +2,23 @@
 
 `bench` scores a reviser (the rules reviser, or a LiteLLM model with an optional compiled program) on
 recorded bundles (default: the ones shipped with pats, pats.reviser.bundles.SHIPPED) and prints a
-line per bundle and the totals (pats.reviser.bench, pats.reviser.bench_table); `--compare` scores a
-second one on the same bundles and prints them side by side; `--out DIR` writes each one's result
-file. `record` turns a finished run's reviews into bundles (pats.reviser.bundles.record).
+line per bundle as it is scored and the totals (pats.reviser.bench, pats.reviser.bench_table);
+`--compare` scores a second one on each bundle too and prints them side by side; `--out DIR` writes
+each one's result file. An LLM is checked first (`preflight`: one short request, waiting
+--check-timeout, not a bundle's --timeout); it exits 1 when no bundle was scored because every answer
+was a fault. Flags that cannot run are a UsageError (exit 2: no spec is involved). `record` turns a
+finished run's reviews into bundles (pats.reviser.bundles.record).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pats.errors import SpecError
+from pats.errors import UsageError
 
 if TYPE_CHECKING:
     from pats.reviser.prompt import ReviserSettings
@@ -24,8 +28,12 @@ BENCH_EXAMPLES = """Each bundle is one review of a recorded run (its evidence ca
 entries, the run's scaffold settings), given to the reviser as the review gives it: an LLM answers,
 and when the review's check refuses the set, answers once more with the problems. Printed per bundle
 and in total: valid at the first answer and after the retry, the rules that refused the others, the
-kinds of edit (A/U/D) against the rules reviser's, prompt/completion tokens, seconds and USD (LiteLLM's
-offline cost map; unknown for a self-hosted model).
+kinds of edit (A/U/D) against the rules reviser's, prompt/completion tokens, seconds, USD (LiteLLM's
+offline cost map; unknown for a self-hosted model), the fault of a call that gave no usable answer (a
+timeout, an HTTP error, a malformed answer; its whole text is in the --out file) and the refusing rules.
+Before the first bundle, one short request checks the LLM (--check-timeout). Exit codes: 0 when the
+bundles were scored; 1 when no bundle was scored because every answer was a fault; 2 for flags that
+cannot run; 3 when the check before the first bundle fails (key, model, server).
 
 examples:
   pats reviser bench --rules
@@ -33,7 +41,8 @@ examples:
   pats reviser bench --model hosted_vllm/M --api-base http://HOST:8000/v1 --program programs/reviser-M.json
   pats reviser bench --model openai/gpt-4o-mini --compare anthropic/claude-3-5-haiku-latest
   pats reviser bench --model hosted_vllm/M --api-base URL --program P.json --compare uncompiled
-  pats reviser bench --model hosted_vllm/M --api-base URL --compare rules --out bench-results/"""
+  pats reviser bench --model hosted_vllm/M --api-base URL --compare rules --out bench-results/
+  pats serve      # the embedded model behind vLLM: --model hosted_vllm/smollm2-135m-instruct --api-base http://127.0.0.1:8000/v1"""
 
 RECORD_EXAMPLES = """examples:
   pats reviser record runs/quickstart                       # -> reviser-bundles/
@@ -42,6 +51,11 @@ RECORD_EXAMPLES = """examples:
 
 
 def add_reviser_parser(sub) -> None:
+    from pats.spec.models import LLMSpec
+
+    # The check before the first bundle waits as long as `pats run`'s does (the spec's default), not as
+    # long as a bundle's call may: a server that accepts and never answers is told within a minute.
+    CHECK_TIMEOUT_S = LLMSpec.model_fields["timeout_s"].default
     p = sub.add_parser(
         "reviser",
         help="benchmark a reviser on recorded reviews (bench), or record a run's reviews (record)",
@@ -76,7 +90,11 @@ def add_reviser_parser(sub) -> None:
     bench.add_argument(
         "--max-tokens", type=int, default=800, help="llm.max_tokens (the largest edit set fits 800)"
     )
-    bench.add_argument("--timeout", type=float, default=600.0, help="llm.timeout_s per call")
+    bench.add_argument("--timeout", type=float, default=600.0,
+                       help="llm.timeout_s: seconds each bundle's call may wait for its answer (default 600)")  # fmt: skip
+    bench.add_argument("--check-timeout", type=float, default=CHECK_TIMEOUT_S,
+                       help="seconds the short request before the first bundle waits for its answer "
+                       f"(default {CHECK_TIMEOUT_S:g}, pats run's llm.timeout_s)")  # fmt: skip
     bench.add_argument("--max-retries", type=int, default=0,
                        help="llm.max_retries for transient faults (default 0: a fault leaves the bundle unparsed)")  # fmt: skip
     bench.add_argument("--bundles", type=Path, help="folder of bundles (default: the ones shipped with pats)")
@@ -112,18 +130,20 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     for d in map(Path, args.run_dirs):
         if not (d / "events.jsonl").is_file() or not (d / "spec.yaml").is_file():
-            raise SpecError(f"{d}: not a `pats run` directory (no spec.yaml and events.jsonl)")
+            raise UsageError(f"{d}: not a `pats run` directory (no spec.yaml and events.jsonl)")
         bundles = record(d, f"pats run: {d.name}", args.split)
         try:
             paths = save(bundles, args.bundles)
         except FileExistsError as err:
-            raise SpecError(str(err)) from None
+            raise UsageError(str(err)) from None
         print(f"{d}: {len(paths)} bundles ({args.split}) in {args.bundles}/")
     return 0
 
 
-def _llm(model: str, api_base: str | None, args: argparse.Namespace):
-    """The LLMSpec of a model the flags name; flag values the spec refuses are a SpecError."""
+def _llm(model: str, api_base: str | None, args: argparse.Namespace, model_flag: str = "--model"):
+    """The LLMSpec of a model the flags name; flag values the spec refuses, and a provider LiteLLM does
+    not know (the check `pats validate` makes: pats.llm_check.unknown_provider), are a UsageError naming
+    the flag (`model_flag` for the model)."""
     from pydantic import ValidationError
 
     from pats.spec.models import LLMSpec
@@ -140,11 +160,20 @@ def _llm(model: str, api_base: str | None, args: argparse.Namespace):
     if args.api_key_env:
         fields["api_key_env"] = args.api_key_env
     try:
-        return LLMSpec(**fields)
+        llm = LLMSpec(**fields)
     except ValidationError as err:
-        flag = {"max_tokens": "--max-tokens", "timeout_s": "--timeout", "max_retries": "--max-retries"}
-        issues = [f"{flag.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in err.errors()]
-        raise SpecError("; ".join(issues)) from None
+        flag = {**FLAGS, "model": model_flag, "max_tokens": "--max-tokens"}
+        issues = [
+            f"{flag.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in err.errors()
+        ]
+        raise UsageError("; ".join(issues)) from None
+    from pats.llm_check import unknown_provider
+
+    problem = unknown_provider(model)
+    if problem:
+        raise UsageError(f"{model_flag} {model}: {problem}")
+    return llm
 
 
 def _label(model: str, program: str | None) -> str:
@@ -157,7 +186,7 @@ def contenders(args: argparse.Namespace) -> list:
     from pats.reviser.bench import Contender
 
     if args.program and not args.model:
-        raise SpecError("--program is a compiled program for --model: name the model it was compiled for")
+        raise UsageError("--program is a compiled program for --model: name the model it was compiled for")
     first = (
         Contender(label="rules")
         if args.rules
@@ -173,22 +202,23 @@ def contenders(args: argparse.Namespace) -> list:
         second = Contender(label="rules")
     elif args.compare == "uncompiled":
         if first.llm is None or not first.program:
-            raise SpecError(
+            raise UsageError(
                 "--compare uncompiled: --model without its --program; give both --model and --program"
             )
         second = Contender(label=_label(first.llm.model, None), llm=first.llm)
     elif args.compare.endswith(".json"):
         if first.llm is None:
-            raise SpecError(
+            raise UsageError(
                 f"--compare {args.compare}: a program is compiled for a model; name it with --model"
             )
         second = Contender(label=_label(first.llm.model, args.compare), llm=first.llm, program=args.compare)
     else:
         second = Contender(
-            label=_label(args.compare, None), llm=_llm(args.compare, args.compare_api_base, args)
+            label=_label(args.compare, None),
+            llm=_llm(args.compare, args.compare_api_base, args, model_flag="--compare"),
         )
     if second.label == first.label:
-        raise SpecError(f"--compare {args.compare}: that is the reviser already named; compare another one")
+        raise UsageError(f"--compare {args.compare}: that is the reviser already named; compare another one")
     return [first, second]
 
 
@@ -200,24 +230,47 @@ FLAGS = {
     "timeout_s": "--timeout",
     "max_retries": "--max-retries",
 }
+COMPARE_FLAGS = {**FLAGS, "model": "--compare", "api_base": "--compare-api-base"}  # of the --compare model
 
 
-def preflight(llm: LLMSpec, settings: ReviserSettings, flags: dict[str, str] = FLAGS) -> LLMSpec:
-    """What `pats run` checks before training, done before the first bundle: one short request to the
-    LLM (a refused key, an unknown model or an unreachable server stops here, naming the flag to
-    change: `flags`, field -> flag), then, for `structured: auto`, the probe with the reviser's own
-    schema under `settings`. Returns `llm` with structured output decided (on or off), so that no
-    bundle's row counts the probe."""
+def preflight(
+    llm: LLMSpec,
+    settings: ReviserSettings,
+    flags: dict[str, str] = FLAGS,
+    check_timeout_s: float | None = None,
+) -> LLMSpec:
+    """What `pats run` checks before training, done before the first bundle: the key's variable, one
+    short request to the LLM waiting `check_timeout_s` (None: llm.timeout_s) for its answer (a refused
+    key, an unknown model, an unreachable or silent server stops here, naming the flag to change:
+    `flags`, field -> flag), then, for `structured: auto`, the probe with the reviser's own schema
+    under `settings`. Says first what it waits for, and how long each bundle's call may. Returns `llm`
+    with structured output decided (on or off), so that no bundle's row counts the probe."""
     import asyncio
 
     from pats.errors import PrerequisiteError
     from pats.llm_check import _check
+    from pats.lm.caller import missing_key
     from pats.lm.probe import structured_decision
     from pats.reviser.llm import reviser_probe
 
-    problem = asyncio.run(_check("reviser.llm", llm, reviser_probe(settings)))
+    at = f" at {llm.api_base}" if llm.api_base else ""
+    key = missing_key(llm, flags["api_key_env"], null=None)
+    if key:
+        raise PrerequisiteError(f"the reviser ({llm.model}{at}): {key}")
+    wait = llm.timeout_s if check_timeout_s is None else check_timeout_s
+    probe = (
+        ", then one with the reviser's answer schema (structured: auto)" if llm.structured == "auto" else ""
+    )
+    print(
+        f"checking {llm.model}{at}: one short request, waiting up to {wait:g} s for its answer "
+        f"(--check-timeout){probe}; then each bundle's call may wait up to {llm.timeout_s:g} s (--timeout)",
+        flush=True,
+    )
+    problem = asyncio.run(_check("reviser.llm", llm, reviser_probe(settings), ask_timeout_s=check_timeout_s))
     if problem:
-        for field, flag in flags.items():
+        # _check's only failing request is the short one, which waited --check-timeout
+        named = {**flags, "timeout_s": "--check-timeout"} if check_timeout_s is not None else flags
+        for field, flag in named.items():
             problem = problem.replace(f"reviser.llm.{field}", flag)
         raise PrerequisiteError(problem.replace("reviser.llm", "the reviser", 1))
     if llm.structured != "auto":
@@ -225,10 +278,11 @@ def preflight(llm: LLMSpec, settings: ReviserSettings, flags: dict[str, str] = F
     return llm.model_copy(update={"structured": "on" if structured_decision(llm) else "off"})
 
 
-def checked(contender, bundles, compared: bool = False):
+def checked(contender, bundles, compared: bool = False, check_timeout_s: float | None = None):
     """The contender before anything runs: its program fits every bundle's settings (else a SpecError
-    saying which setting differs), its LLM answers and structured output is decided. `compared`: it is
-    --compare's, whose model and endpoint other flags set."""
+    saying which setting differs), its LLM answers (`preflight`, waiting `check_timeout_s`) and
+    structured output is decided. `compared`: it is --compare's, whose model and endpoint other flags
+    set."""
     from pats.reviser.llm import load_reviser_prompt
     from pats.reviser.program import load_program
     from pats.reviser.prompt import ReviserSettings
@@ -239,49 +293,104 @@ def checked(contender, bundles, compared: bool = False):
     settings = list(dict.fromkeys(ReviserSettings.of(b.scaffold) for b in bundles))
     if contender.program:
         if not Path(contender.program).is_file():
-            raise SpecError(
+            raise UsageError(
                 f"{contender.program}: no such program file (compile one with `pats compile-reviser`)"
             )
         spec = LLMReviserSpec(llm=contender.llm, program=contender.program)
         for s in settings:
             load_program(spec, load_reviser_prompt(), s)
-    flags = {**FLAGS, "model": "--compare", "api_base": "--compare-api-base"} if compared else FLAGS
-    return contender.model_copy(update={"llm": preflight(contender.llm, settings[0], flags)})
+    flags = COMPARE_FLAGS if compared else FLAGS
+    return contender.model_copy(update={"llm": preflight(contender.llm, settings[0], flags, check_timeout_s)})
+
+
+def bundles_for(folder: Path, only: list[str], split: str) -> list:
+    """The bundles of `folder` the flags name; none is a UsageError that says what the folder holds and
+    which --split or --only would find some."""
+    from collections import Counter
+
+    from pats.reviser.bundles import load
+
+    if not folder.is_dir():
+        raise UsageError(
+            f"--bundles {folder}: not a folder of reviser bundles (record some: pats reviser record RUN_DIR)"
+        )
+    try:
+        named = load(folder, only)
+    except FileNotFoundError as err:
+        raise UsageError(f"--bundles {folder}: {err}") from None
+    chosen = named if split == "all" else [b for b in named if b.split == split]
+    if chosen:
+        return chosen
+    if not named:
+        every = Counter(b.split for b in load(folder))
+        holds = " and ".join(f"{k} {name}" for name, k in sorted(every.items()))
+        raise UsageError(
+            f"no bundle in {folder} has a name containing {' or '.join(only)} (it holds {holds} bundles): "
+            "name a part of one of theirs with --only"
+        )
+    held = Counter(b.split for b in named)
+    holds = " and ".join(f"{k} {name}" for name, k in sorted(held.items()))
+    which = f" whose name contains {' or '.join(only)}" if only else ""
+    return_to = " or ".join(f"--split {name}" for name in sorted(held))
+    raise UsageError(
+        f"{folder} holds {holds} bundles{which} and no {split} ones (--split {split}"
+        f"{' is the default' if split == 'heldout' else ''}): pass {return_to}, or --split all"
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from pats.reviser import bench
-    from pats.reviser.bench_table import side_by_side, table
-    from pats.reviser.bundles import SHIPPED, load
+    from pats.reviser.bench_table import head, line, pair, pair_head, totals
+    from pats.reviser.bundles import SHIPPED
 
     folder = args.bundles or SHIPPED
-    if not folder.is_dir():
-        raise SpecError(
-            f"--bundles {folder}: not a folder of reviser bundles (record some: pats reviser record RUN_DIR)"
-        )
-    split = None if args.split == "all" else args.split
-    bundles = load(folder, args.only, split)
-    if not bundles:
-        raise SpecError(
-            f"no {args.split} bundles in {folder} whose name contains {' or '.join(args.only) or 'anything'}"
-        )
-    revisers = [checked(c, bundles, compared=n == 1) for n, c in enumerate(contenders(args))]
-    print(f"{len(bundles)} {args.split} bundles from {folder}")
-    results = []
-    for c in revisers:
-        head = bench.meta(c, bench.in_checkout(folder, Path.cwd()), args.structured if c.llm else None)
+    bundles = bundles_for(folder, args.only, args.split)
+    named = contenders(args)
+    print(f"{len(bundles)} {args.split} bundles from {folder}", flush=True)
+    revisers = [
+        checked(c, bundles, compared=n == 1, check_timeout_s=args.check_timeout) for n, c in enumerate(named)
+    ]
+    n = len(bundles)
+    width = len(f"{n}/{n}")  # the k/N column: every line keeps its columns where the table's head has them
+    heads = [
+        bench.meta(c, bench.in_checkout(folder, Path.cwd()), args.structured if c.llm else None)
+        for c in revisers
+    ]
+    if len(revisers) == 2:
+        print(pair_head(revisers[0].label, revisers[1].label, width), flush=True)
+    else:
+        print(head(revisers[0].label, width), flush=True)
 
-        def write(rows, c=c, head=head) -> None:
-            line = table(c.label, rows[-1:], c.model).splitlines()[2]
-            print(f"[{c.label} {len(rows)}/{len(bundles)}] {line}", flush=True)
-            if args.out:
-                args.out.mkdir(parents=True, exist_ok=True)
-                out = bench.result(head, c.label, rows, len(bundles), c.model)
+    def after_each(rows: list[list]) -> None:
+        k = len(rows[0])
+        last = [r[-1] for r in rows]
+        text = (
+            pair(*last, *(c.model for c in revisers)) if len(rows) == 2 else line(last[0], revisers[0].model)
+        )
+        print(f"{f'{k}/{n}':>{width}} {text}", flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            for c, meta, scored in zip(revisers, heads, rows, strict=True):
+                out = bench.result(meta, c.label, scored, n, c.model)
                 (args.out / f"{c.label}.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
-        results.append((c.label, bench.run(c, bundles, write), c.model))
-    print()
-    print(side_by_side(results[0], results[1]) if len(results) == 2 else table(*results[0]))
+    results = bench.run_together(revisers, bundles, after_each)
+    for letter, c, rows in zip("AB", revisers, results, strict=False):
+        print(("" if len(revisers) == 1 else f"{letter} ") + totals(c.label, rows, c.model))
+    for n, (c, rows) in enumerate(zip(revisers, results, strict=True)):
+        faulted = [r for r in rows if r.fault]
+        if faulted:  # whole, with the flags that set the fields it names (the result file keeps it as it was)
+            said = faulted[0].error
+            for field, flag in (COMPARE_FLAGS if n == 1 else FLAGS).items():
+                said = said.replace(f"llm.{field}", flag)
+            print(f"{c.label}: first fault, on {faulted[0].bundle}: {said}")
     if args.out:
-        print(f"wrote {', '.join(str(args.out / f'{label}.json') for label, _, _ in results)}")
+        print(f"wrote {', '.join(str(args.out / f'{c.label}.json') for c in revisers)}")
+    failed = [c.label for c, rows in zip(revisers, results, strict=True) if bench.only_faults(rows)]
+    if failed:
+        print(
+            f"error: no bundle was scored by {' or '.join(failed)}: every answer was a fault (above); exit 1",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -72,19 +72,39 @@ def _prepare_litellm() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+def missing_key(
+    spec: LLMSpec, field: str = "llm.api_key_env", null: str | None = "api_key_env: null"
+) -> str | None:
+    """What to do when the variable `spec.api_key_env` names is unset (None when it is set, or no key is
+    named). `field` is how the setting is written where the user sets it (a spec's path, or a flag such
+    as `pats reviser bench --api-key-env`), `null` how to say "no key" there (None: it cannot be said).
+    A model already written for a keyless server (hosted_vllm/, ollama/) is not told to be written so."""
+    from pats.spec.providers import KEYLESS, provider_of
+
+    env = spec.api_key_env
+    if not env or os.environ.get(env):
+        return None
+    if provider_of(spec.model) in KEYLESS:
+        return (
+            f"environment variable {env} is not set, and {field} names it as the key of {spec.model}: "
+            f"export it, or leave {field} out if the server takes no key"
+        )
+    message = (
+        f"environment variable {env} is not set: {spec.model} needs an API key ({field} names the "
+        "variable; left out, it is the provider's). Export it"
+    )
+    if spec.api_base:
+        message += "; for a self-hosted OpenAI-compatible server that takes no key write hosted_vllm/<model>"
+        message += f", or {null}" if null else ""
+    return message
+
+
 def api_key(spec: LLMSpec) -> str | None:
     """The key from the environment variable the spec names (None when it names none)."""
-    if not spec.api_key_env:
-        return None
-    value = os.environ.get(spec.api_key_env)
-    if not value:
-        raise PrerequisiteError(
-            f"environment variable {spec.api_key_env} is not set: {spec.model} needs an API key "
-            "(llm.api_key_env names the variable; left out, it is the provider's). Export it; for a "
-            "self-hosted OpenAI-compatible server that takes no key write hosted_vllm/<model>, or "
-            "api_key_env: null"
-        )
-    return value
+    problem = missing_key(spec)
+    if problem:
+        raise PrerequisiteError(problem)
+    return os.environ.get(spec.api_key_env) if spec.api_key_env else None
 
 
 def build_lm(spec: LLMSpec) -> dspy.LM:

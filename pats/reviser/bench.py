@@ -140,21 +140,38 @@ def run(
     """Every bundle scored in turn; `after_each` gets the rows so far (a run stopped part way keeps
     what it scored when it writes them there). Scaffold tokens are counted with each bundle's policy
     tokenizer."""
+    return run_together([contender], bundles, lambda rows: after_each(rows[0]))[0]
+
+
+def run_together(
+    contenders: Sequence[Contender],
+    bundles: Sequence[ReviserBundle],
+    after_each: Callable[[list[list[BundleScore]]], None] = lambda rows: None,
+) -> list[list[BundleScore]]:
+    """Each bundle scored by every contender before the next bundle, so that two revisers side by side
+    show each bundle's line once, as it is scored; `after_each` gets each contender's rows so far."""
     from pats.models import token_counter
 
     counters: dict[str, TokenCounter] = {}
-    rows: list[BundleScore] = []
+    rows: list[list[BundleScore]] = [[] for _ in contenders]
     for b in bundles:
         if b.policy_model not in counters:
             counters[b.policy_model] = token_counter(b.policy_model)
-        reviser = reviser_for(contender, b, counters[b.policy_model])
-        try:
-            rows.append(score(b, reviser, counters[b.policy_model]))
-        finally:
-            if isinstance(reviser, LLMReviser):
-                reviser.caller.close()
+        for contender, scored in zip(contenders, rows, strict=True):
+            reviser = reviser_for(contender, b, counters[b.policy_model])
+            try:
+                scored.append(score(b, reviser, counters[b.policy_model]))
+            finally:
+                if isinstance(reviser, LLMReviser):
+                    reviser.caller.close()
         after_each(rows)
     return rows
+
+
+def only_faults(rows: Sequence[BundleScore]) -> bool:
+    """No bundle scored, because every answer was a fault (a timeout, an HTTP error, a malformed
+    answer): what `pats reviser bench` exits 1 on."""
+    return bool(rows) and all(r.fault for r in rows)
 
 
 def meta(contender: Contender, bundles_folder: str, structured_asked: str | None = None) -> dict[str, Any]:

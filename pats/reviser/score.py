@@ -13,8 +13,9 @@ One definition, used by the benchmark (`pats reviser bench`, pats.reviser.bench)
 the bundle's check (`bundle_check`) runs its program's `refine` (its first answer, then, if refused, one
 more with the problems; the rules fallback is left out); the rules reviser answers once. The first
 answer is scored in full (`BundleScore`), and whether the set after the retry was accepted is counted
-beside it: whether an edit list came back (`parsed`; an answer the reviser could not read raises
-JudgeError), the edits proposed, the edits no validator problem names (`valid_edits`), whether the set
+beside it: whether an edit list came back (`parsed`; when no answer could be used, the caller's
+JudgeError whole in `error` and the kind of its last fault in `fault`: a timeout, an HTTP error, a
+malformed answer), the edits proposed, the edits no validator problem names (`valid_edits`), whether the set
 as a whole is accepted (`set_valid`: what the review applies), the refusing rules by name, whether the
 citations keep the citation rules, how far an accepted set's kinds of edit are the rules reviser's
 (`kinds_as_rules`), and the type's scaffold tokens before and after the valid edits (counted with the
@@ -29,7 +30,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from pats.errors import JudgeError
+from pats.lm.faults import fault_kind
 from pats.protocols import TokenCounter
 from pats.review import check_edits
 from pats.reviser.bundles import ReviserBundle
@@ -53,7 +57,10 @@ class BundleScore(Record):
     parsed: bool
     answers: int = 0  # answers the program gave (the first, and one more if the first was refused)
     valid_after_retry: bool = False  # the last answer's set was accepted (the review would apply it)
-    error: str = ""  # why not parsed: the reviser's JudgeError, first line
+    error: str = (
+        ""  # why not parsed: the caller's JudgeError, whole (its first 400 characters before 2026-12-06)
+    )
+    fault: str = ""  # why not parsed: the last fault's kind (pats.lm.faults.FAULT_KINDS); written when set
     proposed: int = 0
     valid_edits: int = 0  # edits no validator problem names
     set_valid: bool = False  # the set is accepted as a whole (the review applies it)
@@ -71,6 +78,14 @@ class BundleScore(Record):
     prompt_tokens: int = 0  # of llm_tokens, the prompts' (0 in results written before they were split)
     completion_tokens: int = 0  # ... and the answers'
     seconds: float = 0.0
+
+    @model_serializer(mode="wrap")
+    def _without_empty_fault(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Rows written before `fault` existed read back and are written again as they were.
+        out = handler(self)
+        if not self.fault:
+            out.pop("fault", None)
+        return out
 
 
 def rules_answer(bundle: ReviserBundle, scaffold: ScaffoldSpec | None = None) -> list[Edit]:
@@ -158,9 +173,11 @@ def score(bundle: ReviserBundle, reviser: RulesReviser | LLMReviser, count: Toke
         fields.update(kinds_fields(bundle, first, fields["set_valid"]))
     except JudgeError as err:
         tokens = sum(count(e.text) for e in bundle.entries)
+        last = reviser.caller.last_error if isinstance(reviser, LLMReviser) else None
         fields = {
             "parsed": False,
-            "error": str(err).splitlines()[0][:400],
+            "error": str(err),
+            "fault": (fault_kind(last) if last is not None else None) or "other",
             "tokens_before": tokens,
             "tokens_after": tokens,
         }
