@@ -219,19 +219,20 @@ def silent_server():
 
 
 def test_a_server_that_never_answers_is_told_within_the_checks_own_timeout(capsys):
-    """The check before the first bundle waits --check-timeout, not a bundle's --timeout (600 s), and
-    says first what it waits for and how long each bundle's call may."""
+    """The check before the first bundle waits --check-timeout, not a bundle's --timeout, and says first
+    what it waits for and how long each bundle's call may."""
     with silent_server() as url:
         began = time.monotonic()
-        code = main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", url,
-                     "--check-timeout", "1"])  # fmt: skip
+        # --timeout 40: a check that waited a bundle's timeout instead would fail the time below
+        code = main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", url, "--check-timeout", "1",
+                     "--timeout", "40"])  # fmt: skip
         took = time.monotonic() - began
     out, err = capsys.readouterr()
     assert code == 3 and took < 30, (code, took)
     assert (
         f"checking hosted_vllm/m at {url}: one short request, waiting up to 1 s for its answer "
         "(--check-timeout), then one with the reviser's answer schema (structured: auto); then each "
-        "bundle's call may wait up to 600 s (--timeout)"
+        "bundle's call may wait up to 40 s (--timeout)"
     ) in out
     assert err.strip() == (
         f"error: the reviser (hosted_vllm/m at {url}): no answer from the server within "
