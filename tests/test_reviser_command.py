@@ -146,6 +146,10 @@ def test_an_unreachable_server_is_refused_with_the_flag_to_fix(capsys):
             ["--model", "openai/m", "--max-tokens", "3"],
             "--max-tokens: Input should be greater than or equal to 16",
         ),
+        (  # a problem of the whole LLMSpec (no field): once an IndexError and a traceback
+            ["--model", "hosted_vllm/m", "--api-key-env", "OPENAI_API_KEY"],
+            "error: OPENAI_API_KEY is openai's key but hosted_vllm/ models take none",
+        ),
     ],
 )
 def test_what_cannot_run_is_refused_saying_what_to_change(argv, says, capsys):
