@@ -19,7 +19,7 @@ from pats.sweep.record import STATUS, CellStatus, gone, read_status, running_her
 def test_the_record_a_cell_starts_with_and_every_state_it_reaches():
     assert json.loads(CellStatus(status="pending").model_dump_json()) == {
         "status": "pending", "started": None, "ended": None, "how": "", "error": "", "traceback": "",
-        "host": "", "pid": 0,
+        "host": "", "pid": 0, "attempts": 0, "earlier_s": 0.0,
     }  # fmt: skip
     for state in ("pending", "running", "finished", "failed", "interrupted"):
         assert CellStatus(status=state).status == state

@@ -151,14 +151,13 @@ def test_a_cell_cancelled_as_it_started_is_recorded_interrupted_and_a_pending_on
     write_status(started.run_dir, CellStatus(status="running", started=began, host="node-1", pid=42))
     write_status(queued.run_dir, CellStatus(status="pending"))
     before = time.time()
-    for cell in (started, queued, unplanned):
-        _cancelled(cell)
+    assert [_cancelled(cell) for cell in (started, queued, unplanned)] == [True, False, False]
     record = read_status(started.run_dir)
     assert record is not None and record.status == "interrupted"
     assert (record.started, record.host, record.pid) == (began, "node-1", 42)
     assert record.ended is not None and before <= record.ended <= time.time()
     assert (started.run_dir / "log.txt").read_text() == (
-        "--- pats sweep: cancelled as it started, after another cell was interrupted\n"
+        "--- pats sweep: cancelled as it started, after the sweep or another cell was interrupted\n"
     )
     assert read_status(queued.run_dir) == CellStatus(status="pending")
     assert not (queued.run_dir / "log.txt").exists()

@@ -10,7 +10,9 @@ import json
 import os
 import pickle
 import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -136,3 +138,117 @@ def test_a_cell_stopped_by_a_signal_under_ray_is_interrupted_and_the_sweep_resum
     assert {r.name: r.status for r in results}["quickstart-s0"] == "resumed"
     assert {r.status for r in results} <= {"resumed", "skipped", "ran"}
     assert all(json.loads((folder / n / "status.json").read_text())["status"] == "finished" for n in status)
+
+
+DRIVER = """
+import functools, sys
+import pats.sweep.run as run
+from pats.cli.main import main
+from pats.testing.sweep import scripted_trainers
+run.run_sweep = functools.partial(run.run_sweep, trainers=scripted_trainers(step_s=float(sys.argv[1])))
+sys.exit(main(sys.argv[2:]))
+"""  # `pats sweep` itself, its cells trained by the scripted trainer (a real one loads a model)
+
+
+def start_parallel_sweep(repo, tmp_path, step_s: float):
+    """`pats sweep` of quickstart seeds 0-2 with --parallel 2, in its own process (the driver)."""
+    args = ["sweep", str(repo / "experiments/quickstart.yaml"), "--seeds", "0-2", "--parallel", "2",
+            "--name", "stop", "--root", str(tmp_path), *TINY]  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(step_s), *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_until_both_checkpointed(proc, folder) -> None:
+    """Until the two running cells each checkpointed step 0 (so each is in a later step's update)."""
+    deadline = time.monotonic() + 180
+    while not all(
+        (folder / n / "checkpoints" / "latest.json").is_file() for n in ("quickstart-s0", "quickstart-s1")
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.1)
+
+
+def statuses(folder) -> dict[str, str]:
+    return {n: json.loads((folder / n / "status.json").read_text())["status"]
+            for n in ("quickstart-s0", "quickstart-s1", "quickstart-s2")}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_parallel_sweep_stops_its_cells_after_their_step_and_a_rerun_resumes(repo, tmp_path):
+    """Issue 59, item 2: SIGTERM to the sweep's own process (not its cells) under --parallel killed the
+    cells mid-step (Ray's handler stopped Ray; exit 1, each cell "interrupted, its process is gone").
+    Now the sweep passes it on: each running cell stops after its step, checkpointed, recorded
+    interrupted; the queued one stays pending; the exit code and messages are the serial sweep's."""
+    pytest.importorskip("ray")
+    proc = start_parallel_sweep(repo, tmp_path, step_s=1.5)
+    folder = tmp_path / "stop"
+    try:
+        wait_until_both_checkpointed(proc, folder)
+        proc.send_signal(signal.SIGTERM)  # the driver only
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert "[sweep] SIGTERM: stopping each running cell after its step in flight (it is checkpointed)" in out
+    assert "*** SIGTERM received" not in out and "Traceback" not in out and "worker died" not in out
+    for name in ("quickstart-s0", "quickstart-s1"):
+        (said,) = [
+            x for x in out.splitlines() if f"{name}: interrupted: stopped at your request after step " in x
+        ]
+        assert said.startswith("[sweep] cell ") and said.endswith(
+            f"(checkpointed) (log: {folder / name / 'log.txt'})"
+        )
+        assert "SIGTERM: stopping after the step in flight" in (folder / name / "log.txt").read_text()
+    last = out.rstrip().splitlines()[-1]  # the cells in the order they stopped
+    assert last in [
+        f"error: the sweep stopped at your request: 2 cells stopped ({names}). Rerun the same `pats sweep` "
+        "command to go on: finished cells are skipped, stopped ones resume from their last checkpoint, the "
+        f"others start (`pats sweep status {folder}` shows each cell)"
+        for names in ("quickstart-s0, quickstart-s1", "quickstart-s1, quickstart-s0")
+    ], out
+    assert statuses(folder) == {"quickstart-s0": "interrupted", "quickstart-s1": "interrupted",
+                                "quickstart-s2": "pending"}  # fmt: skip
+
+    lines: list[str] = []
+    three = SweepSpec(name="stop", specs=(str(repo / "experiments/quickstart.yaml"),), seeds=(0, 1, 2),
+                      overrides=TINY, root=str(tmp_path))  # fmt: skip
+    results = run_sweep(three, "local", lines.append, scripted_trainers(), parallel=2)
+    assert [(r.name, r.status) for r in results] == [
+        ("quickstart-s0", "resumed"), ("quickstart-s1", "resumed"), ("quickstart-s2", "ran")
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_to_a_parallel_sweep_stops_its_cells_at_once(repo, tmp_path):
+    pytest.importorskip("ray")
+    proc = start_parallel_sweep(repo, tmp_path, step_s=4.0)
+    folder = tmp_path / "stop"
+    try:
+        wait_until_both_checkpointed(proc, folder)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        out = proc.communicate(timeout=120)[0]
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert "[sweep] SIGTERM again: stopping the running cells at once (their steps in flight are lost)" in out
+    assert "*** SIGTERM received" not in out and "Traceback" not in out
+    assert took < 30, out  # not the cells' next steps (4 s of update each, 3 steps)
+    assert statuses(folder) == {"quickstart-s0": "interrupted", "quickstart-s1": "interrupted",
+                                "quickstart-s2": "pending"}  # fmt: skip
+    assert (
+        out.rstrip()
+        .splitlines()[-1]
+        .startswith("error: the sweep stopped at your request: 2 cells stopped (")
+    )

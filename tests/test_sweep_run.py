@@ -54,9 +54,9 @@ def test_a_finished_cell_is_skipped_and_a_checkpointed_one_resumed_each_said_in_
     assert again[0] == CellResult("quickstart-s0", "skipped", 0.0, "")
     assert (again[1].name, again[1].status) == ("quickstart-grpo-s0", "resumed")
     assert lines[:3] == [
-        f"sweep tiny: 2 cells (2 conditions x 1 seeds) in {folder}",
+        f"sweep tiny: 2 cells (2 conditions x 1 seed) in {folder}",
         f"cell 1/2 quickstart-s0: already finished, skipped ({folder / 'quickstart-s0'})",
-        "cell 2/2 quickstart-grpo-s0: starting",
+        "cell 2/2 quickstart-grpo-s0: resuming from step 1",  # its checkpoint is step 0's (issue 59)
     ]
     assert re.fullmatch(
         rf"cell 2/2 quickstart-grpo-s0: resumed and finished in \d+ s \({re.escape(str(folder))}/quickstart-grpo-s0\)",

@@ -182,5 +182,68 @@ def test_a_run_reads_as_evaluating_while_its_evaluations_play(repo, tmp_path):
             return await super().evaluate(tasks, views)
 
     train_on_fakes(spec, run_dir, None, lambda s: Watched(improving_schedule(), seed=s.seed))
-    # before training (no step reviewed), after step 2 of 3 (reviewed, not ended), after the last
-    assert sorted({(p.done, p.evaluating_after) for p in seen}, key=str) == [(0, None), (1, 1), (2, 2)]
+    # before training (-1: nothing logged, eval.at_start; issue 59), after step 2 of 3 (reviewed, not
+    # ended), after the last
+    assert sorted({(p.done, p.evaluating_after) for p in seen}, key=str) == [(0, -1), (1, 1), (2, 2)]
+
+
+def test_a_cells_time_counts_every_attempt_and_a_spec_error_shows_its_first_problem(repo, tmp_path):
+    """Issue 59, item 5: the time column counted the last attempt only; a spec error read "1 problem in
+    the spec" without the problem; the evaluation before training showed as a bare "running 0/3"."""
+    from pats.sweep.record import pending_after, running_here
+
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    here, pid = socket.gethostname(), os.getpid()
+    write_manifest(folder, "sw", [_cell(n, n) for n in ("again", "spec", "first", "many")], ())
+    first = CellStatus(status="interrupted", started=T0 - 1000, ended=T0 - 880, attempts=1)
+    second = running_here(pending_after(first)).model_copy(update={"started": T0, "ended": None})
+    assert (second.attempts, second.earlier_s) == (2, 120.0)
+    write_status(folder / "again", second.model_copy(update={"status": "finished", "ended": T0 + 60}))
+    error = "x.yaml: 1 problem in the spec\n  trainer.lr: must be > 0 [override 'trainer.lr=-1']"
+    write_status(folder / "spec", CellStatus(status="failed", started=T0, ended=T0 + 2, error=error))
+    _run(repo, folder / "first", 0)  # its events file written (the model loaded), nothing logged yet
+    write_status(folder / "first", CellStatus(status="running", started=T0, ended=T0 + 5, host=here, pid=pid))
+    many = "x.yaml: 3 problems in the spec\n  a: one\n  b: two\n  c: three"
+    write_status(folder / "many", CellStatus(status="failed", started=T0, ended=T0 + 1, error=many))
+    assert status_table(folder).splitlines()[1:] == [
+        "cell   status    steps  started              time                note",
+        f"again  finished  -      {STAMP}  3m00s (2 attempts)",
+        f"spec   failed    -      {STAMP}  2s                  x.yaml: 1 problem in the spec: trainer.lr: must be > 0 "
+        f"[override 'trainer.lr=-1']; log: {folder / 'spec' / LOG}",
+        f"first  running   0/3    {STAMP}  5s                  on {here}, pid {pid}; in its evaluation before training",
+        f"many   failed    -      {STAMP}  1s                  x.yaml: 3 problems in the spec: a: one (and 2 more); "
+        f"log: {folder / 'many' / LOG}",
+    ]  # fmt: skip
+    assert status_table(folder).splitlines()[0] == f"sweep {folder}: 4 cells, 1 finished, 2 failed, 1 running"
+
+
+def test_one_cell_is_one_cell(tmp_path):
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    write_manifest(folder, "sw", [_cell("a", "a")], ())
+    (folder / "a").mkdir()
+    assert status_table(folder).splitlines()[0] == f"sweep {folder}: 1 cell, 1 pending"
+
+
+@pytest.mark.parametrize("command", [["sweep", "status", "SWEEP"], ["sweep", "QUICKSTART", "--dry-run"],
+                                     ["show", "QUICKSTART"]], ids=["status", "dry-run", "show"])  # fmt: skip
+def test_a_table_cut_short_by_its_reader_ends_quietly(command, repo, tmp_path):
+    """Issue 59, item 5: `pats sweep status SWEEP | head` ended in a BrokenPipeError traceback. Every
+    command goes through main(): with its reader gone it stops quietly, as SIGPIPE would stop it."""
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    write_manifest(folder, "sw", [_cell("a", "a")], ())
+    (folder / "a").mkdir()
+    argv = [str(folder) if a == "SWEEP" else str(repo / "experiments/quickstart.yaml") if a == "QUICKSTART"
+            else a for a in command]  # fmt: skip
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from pats.cli.main import main; sys.exit(main(sys.argv[1:]))",
+             *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -477,10 +477,26 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except PatsError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (`pats sweep status | head`): stop quietly, with the exit code of a
+    process SIGPIPE stops (Python ignores the signal, so the write raised instead)."""
+    import contextlib
+    import os
+    import signal
+
+    with contextlib.suppress(OSError, ValueError):  # the interpreter's last flush then writes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

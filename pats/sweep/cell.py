@@ -11,7 +11,9 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -25,7 +27,16 @@ from pats.fileio import write_atomic
 from pats.sweep.checks import check_cell
 from pats.sweep.grid import Cell
 from pats.sweep.logs import tee_output
-from pats.sweep.record import LOG, SWEEP_FILES, TRACEBACK, CellStatus, running_here, write_status
+from pats.sweep.record import (
+    LOG,
+    SWEEP_FILES,
+    TRACEBACK,
+    CellStatus,
+    read_status,
+    running_here,
+    write_status,
+)
+from pats.sweep.words import headline
 
 Outcome = Literal["ran", "resumed", "skipped", "refused", "failed"]  # pragma: no mutate
 
@@ -58,7 +69,7 @@ def _attempt(cell: Cell, resuming: bool, trainers: Mapping, prefix: str) -> Cell
     run_dir = cell.run_dir
     if not resuming:
         _clear(run_dir)  # died before its first checkpoint (or never started): start over
-    record = running_here()
+    record = running_here(read_status(run_dir))
     write_status(run_dir, record)
     how: Outcome = "resumed" if resuming else "ran"
     header = (f"--- pats sweep: {'resuming' if resuming else 'starting'} {cell.name} at "
@@ -119,7 +130,7 @@ def stamp(when: float | None) -> str:
 
 def line(i: int, total: int, cell: Cell, result: CellResult) -> str:
     """The line `pats sweep` prints when a cell ends."""
-    first = result.error.splitlines()[0] if result.error else ""
+    first = headline(result.error)
     what = {
         "ran": f"ran in {result.seconds:.0f} s",
         "resumed": f"resumed and finished in {result.seconds:.0f} s",
@@ -132,8 +143,32 @@ def line(i: int, total: int, cell: Cell, result: CellResult) -> str:
     )
 
 
+def starting(cell: Cell) -> str:
+    """What `pats sweep` says as a cell starts here: starting, or resuming from the step after its
+    last checkpoint."""
+    from pats.engine.run import latest_checkpoint
+
+    state = latest_checkpoint(cell.run_dir) if check_cell(cell)[0] == "resume" else None
+    return "starting" if state is None else f"resuming from step {state.step + 1}"
+
+
 def ray_task(cell: Cell, trainers: Mapping | None, cwd: str) -> CellResult:
-    """A cell as a Ray task: the driver's working directory where this node has it, then the cell."""
+    """A cell as a Ray task: the driver's working directory where this node has it, then the cell.
+    The sweep passes a stop on as SIGTERM (pats/sweep/stop.py): the run's own handler takes it while
+    it trains; before (its model loading) or after, Ray's would end the worker, so here it is a
+    KeyboardInterrupt, which the cell records as `interrupted` and the sweep reads as a stop."""
     if os.path.isdir(cwd):
         os.chdir(cwd)
-    return run_cell(cell, trainers)
+    main = threading.current_thread() is threading.main_thread()  # (Ray runs tasks there)
+    before = signal.getsignal(signal.SIGTERM)
+    if main:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return run_cell(cell, trainers)
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            "stopped at your request outside its training steps; its last checkpoint is kept", signal.SIGTERM
+        ) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)

@@ -8,7 +8,8 @@ for (at least 1), so N cells do not each start a thread per core. Ray's log de-d
 (RAY_DEDUP_LOGS=0: it merged the progress lines of different cells) and each line a cell prints comes
 to this terminal prefixed by Ray with the cell's name, `(quickstart-s0 pid=...)`. On a local Ray the
 cells run at the sweep's own niceness (Ray's default would add 15: RAY_worker_niceness=0 unless set). A
-worker that dies (out of memory, a crash) fails its cell only, timed from the cell's own start.
+worker that dies (out of memory, a crash) fails its cell only, timed from the cell's own start. A
+SIGINT or SIGTERM to the sweep is passed on to its running cells (pats/sweep/stop.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from pats.errors import PrerequisiteError, RunInterrupted, install_hint
 from pats.sweep.cell import CellResult, line, ray_task
 from pats.sweep.grid import Cell, SweepSpec
 from pats.sweep.record import LOG, CellStatus, read_status, write_status
+from pats.sweep.stop import AT_ONCE_S, DriverSignals, interrupted_line, pass_on, sweep_stopped
+from pats.sweep.words import counted
 
 GIB = 1024**3
 OBJECT_STORE = 256 * 1024**2  # a local Ray's object store: cells pass specs and results, nothing large
+POLL_S = 0.5  # how often the sweep looks for a signal while it waits for its cells
 
 
 @dataclass(frozen=True)
@@ -101,36 +105,93 @@ def run_ray(
         memory = {"memory": int(asks.memory_gb * GIB)} if asks.memory_gb else {}
         task = ray.remote(num_cpus=asks.cpus, num_gpus=asks.gpus, max_retries=0, **memory)(ray_task)
         where = " on a local Ray instance" if started_here else ""
-        say(f"submitted {len(cells)} cells as Ray tasks{where} ({asks.text()})")
+        say(f"submitted {counted(len(cells), 'cell')} as Ray tasks{where} ({asks.text()})")
         submitted = time.time()
         pending = {
             task.options(name=cell.name).remote(cell, trainers, os.getcwd()): (i, cell) for i, cell in cells
         }
         results: dict[int, CellResult] = {}
-        stopped: RunInterrupted | None = None
-        while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
-            i, cell = pending.pop(ref)
-            try:
-                result = ray.get(ref)
-            except RunInterrupted as err:  # a signal stopped the cell; it recorded itself interrupted
-                stopped = stopped or _cause(err)
-                say(f"cell {i}/{total} {cell.name}: interrupted: {err.args[0] if err.args else err}")
-                _cancel_queued(ray, pending)
-                continue
-            except ray.exceptions.TaskCancelledError:  # cancelled after another cell was interrupted
-                _cancelled(cell)
-                continue
-            except Exception as err:  # the worker died (out of memory, a crash): the others go on
-                result = worker_died(cell, submitted, f"its Ray worker died: {type(err).__name__}: {err}")
-            results[i] = result
-            say(line(i, total, cell, result))
-        if stopped is not None:
-            raise stopped  # as a cell stopped here would: the sweep stops, and a rerun resumes
+        with DriverSignals() as signals:
+            stopped, signum = _collect(ray, pending, total, submitted, signals, say, results)
+        if signals.received:  # the user stopped the sweep itself
+            signum = signals.received[0]
+            stopped += _stop_running(pending)  # not back by the deadline after a second signal
+        if signum is not None:  # as a cell stopped here would: the sweep stops, and a rerun resumes
+            raise sweep_stopped(cells[0][1].run_dir.parent, stopped, signum)
         return results
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _collect(
+    ray: Any,
+    pending: dict[Any, tuple[int, Cell]],
+    total: int,
+    submitted: float,
+    signals: DriverSignals,
+    say: Callable[[str], None],
+    results: dict[int, CellResult],
+) -> tuple[list[str], int | None]:
+    """Each cell's result into `results` as it ends, a line each, until none is pending, or until
+    AT_ONCE_S after a second signal. Returns the cells a signal stopped, and the signal of the first."""
+    stopped: list[str] = []
+    signum: int | None = None
+    deadline: float | None = None
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        unpassed = signals.unpassed()
+        if unpassed is not None:  # SIGINT/SIGTERM to the sweep itself: to its running cells
+            first = len(signals.received) == 1
+            pass_on(ray, pending, unpassed, first, say)
+            if not first and deadline is None:
+                deadline = time.monotonic() + AT_ONCE_S
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        if not done:
+            continue
+        i, cell = pending.pop(done[0])
+        try:
+            result = ray.get(done[0])
+        except RunInterrupted as err:  # a signal stopped the cell; it recorded itself interrupted
+            err = _cause(err)
+            signum = err.signum if signum is None else signum
+            stopped.append(cell.name)
+            say(interrupted_line(i, total, cell, err))
+            _cancel_queued(ray, pending)
+            continue
+        except ray.exceptions.TaskCancelledError:  # cancelled after a cell or the sweep was interrupted
+            if _cancelled(cell):
+                stopped.append(cell.name)
+            continue
+        except Exception as err:  # the worker died (out of memory, a crash): the others go on
+            if signals.received:  # ended by the stop passed on to it (a second one, outside its steps)
+                _interrupted(
+                    cell, f"its Ray worker ended after the sweep passed the stop on: {type(err).__name__}"
+                )
+                stopped.append(cell.name)
+                continue
+            result = worker_died(cell, submitted, f"its Ray worker died: {type(err).__name__}: {err}")
+        results[i] = result
+        say(line(i, total, cell, result))
+    return stopped, signum
+
+
+def _stop_running(pending: Mapping[Any, tuple[int, Cell]]) -> list[str]:
+    """Cells still running when the sweep stops Ray (after a second signal): recorded interrupted."""
+    why = "stopped with Ray after a second signal, before the cell recorded its stop"
+    return [cell.name for _, cell in pending.values() if _interrupted(cell, why)]
+
+
+def _interrupted(cell: Cell, why: str) -> bool:
+    """A cell whose record says `running` while its process is being stopped: recorded `interrupted`,
+    with `why` in its log (so none says a cell runs that does not). True for such a cell."""
+    record = read_status(cell.run_dir)
+    if record is None or record.status != "running":
+        return False
+    write_status(cell.run_dir, record.model_copy(update={"status": "interrupted", "ended": time.time()}))
+    _log(cell, why)
+    return True
 
 
 def _cause(err: RunInterrupted) -> RunInterrupted:
@@ -148,16 +209,12 @@ def _cancel_queued(ray: Any, pending: Mapping[Any, tuple[int, Cell]]) -> None:
             ray.cancel(ref)
 
 
-def _cancelled(cell: Cell) -> None:
+def _cancelled(cell: Cell) -> bool:
     """A queued cell that Ray cancelled: one still `pending` stays so (a rerun starts it). Ray may cancel
     it just as its worker starts it, once its record says `running` and before the cell records its end
     (the sweep then stops Ray, and its worker with it): that record is made `interrupted` here, so none
-    says a cell runs that does not."""
-    record = read_status(cell.run_dir)
-    if record is None or record.status != "running":
-        return
-    write_status(cell.run_dir, record.model_copy(update={"status": "interrupted", "ended": time.time()}))
-    _log(cell, "cancelled as it started, after another cell was interrupted")
+    says a cell runs that does not. True for such a cell."""
+    return _interrupted(cell, "cancelled as it started, after the sweep or another cell was interrupted")
 
 
 def _share(resources: Mapping[str, float], asks: Asks) -> Asks:

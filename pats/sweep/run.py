@@ -8,7 +8,8 @@ overwritten. The LLMs the cells to run will call answer one request each (`pats 
 Only then is `sweep.json` written (pats/sweep/manifest.py) and each cell to run marked `pending`
 (pats/sweep/record.py). Each cell then runs through pats/sweep/cell.py: its output to CELL/log.txt as
 well as the terminal, its status, times and error in CELL/status.json. A cell that fails is reported
-and the others go on; the command exits 1 if any failed or was refused.
+and the others go on; the command exits 1 if any failed or was refused. A signal stops the sweep
+(pats/sweep/stop.py): a rerun goes on from there.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pats.sweep.cell import CellResult, line, run_cell
+from pats.errors import RunInterrupted
+from pats.sweep.cell import CellResult, line, run_cell, starting
 from pats.sweep.checks import check_cell, finished, preflight_llms
 from pats.sweep.grid import SweepSpec, cells, sweep_folder, sweep_name
 from pats.sweep.manifest import row, write_manifest
-from pats.sweep.record import CellStatus, write_status
+from pats.sweep.record import pending_after, read_status, write_status
+from pats.sweep.stop import interrupted_line, sweep_stopped
+from pats.sweep.words import counted
 
 __all__ = ["CellResult", "finished", "run_cell", "run_sweep"]
 
@@ -51,11 +55,10 @@ def run_sweep(
     rows = [row(folder, c.name, c.condition, c.seed, c.source, c.overrides) for c in planned]
     write_manifest(folder, name, rows, refused)
     for _, cell in runnable:
-        write_status(cell.run_dir, CellStatus(status="pending"))
+        write_status(cell.run_dir, pending_after(read_status(cell.run_dir)))
     conditions = len({c.condition for c in planned})
-    say(
-        f"sweep {name}: {len(planned)} cells ({conditions} conditions x {len(sweep.seeds)} seeds) in {folder}"
-    )
+    say(f"sweep {name}: {counted(len(planned), 'cell')} ({counted(conditions, 'condition')} x "
+        f"{counted(len(sweep.seeds), 'seed')}) in {folder}")  # fmt: skip
 
     results: dict[int, CellResult] = {}
     for i, (cell, (check, why)) in enumerate(zip(planned, checks, strict=True), 1):
@@ -64,8 +67,12 @@ def run_sweep(
             say(line(i, len(planned), cell, results[i]))
     if asks is None or ray_address is None:  # here, one after another
         for i, cell in runnable:
-            say(f"cell {i}/{len(planned)} {cell.name}: starting")
-            results[i] = run_cell(cell, trainers)
+            say(f"cell {i}/{len(planned)} {cell.name}: {starting(cell)}")
+            try:
+                results[i] = run_cell(cell, trainers)
+            except RunInterrupted as err:  # a signal stopped its run after its step: the sweep stops
+                say(interrupted_line(i, len(planned), cell, err))
+                raise sweep_stopped(folder, [cell.name], err.signum) from None
             say(line(i, len(planned), cell, results[i]))
     elif runnable:
         results |= run_ray(runnable, len(planned), ray_address, asks, say, trainers)
