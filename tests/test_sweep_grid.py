@@ -333,3 +333,38 @@ def test_a_cell_is_frozen(repo, tmp_path):
     (cell,) = cells(SweepSpec(name="f", specs=(quickstart(repo),), root=str(tmp_path)))
     with pytest.raises(dataclasses.FrozenInstanceError):
         cell.seed = 1  # type: ignore[misc]
+
+
+def test_a_problem_two_specs_share_is_reported_once_naming_where_it_was_set_and_the_cells(repo, tmp_path):
+    """Issue 59, item 5: a problem set in one spec file and reached through another's include (as
+    experiments/ablations/../quickstart.yaml) was reported once per spec, and none named the cells."""
+    base, other = tmp_path / "base.yaml", tmp_path / "sub" / "other.yaml"
+    base.write_text(f"defaults: [{quickstart(repo)}]\nname: base\nscaffold:\n  probe_fraction: 0.25\n")
+    other.parent.mkdir()
+    other.write_text("defaults: [../base.yaml]\nname: other\n")
+    sweep = SweepSpec(name="bad", specs=(str(base), str(other)), seeds=(0, 1), root=str(tmp_path),
+                      overrides=("trainer.group_size=2",), grid={"trainer.lr": ("1e-4", "3e-4")})  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        cells(sweep)
+    message = (
+        "0.25 of trainer.group_size 2 gives 0 probe rollouts; it must leave at least one rollout with and one "
+        "without the scaffold: use 0.5, or 0 to turn probes off"
+    )
+    assert err.value.issues == [
+        SpecIssue(
+            "scaffold.probe_fraction",
+            message,
+            f"{base}:4; in the cells of {base} trainer.lr=1e-4, {base} trainer.lr=3e-4, {other} trainer.lr=1e-4 "
+            "and 1 more",
+        )
+    ]
+    one = sweep.model_copy(update={"specs": (str(base),), "grid": {}})
+    with pytest.raises(SpecError) as err:
+        cells(one)
+    assert err.value.issues == [SpecIssue("scaffold.probe_fraction", message, f"{base}:4")]
+    alone = sweep.model_copy(update={"specs": (str(other),), "grid": {}})
+    with pytest.raises(SpecError) as err:
+        cells(alone)
+    assert err.value.issues == [
+        SpecIssue("scaffold.probe_fraction", message, f"{base}:4; in the cells of {other}")
+    ]

@@ -657,8 +657,8 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
                     "scaffold.probe_fraction",
                     f"{sc.probe_fraction} of trainer.group_size {tr.group_size} gives {probes} probe "
                     "rollouts; it must leave at least one rollout with and one without the scaffold: use "
-                    f"a fraction between {1 / tr.group_size:.3g} and {(tr.group_size - 1) / tr.group_size:.3g}, "
-                    "or 0 to turn probes off",
+                    + _fractions(tr.group_size)
+                    + ", or 0 to turn probes off",
                 )
             )
     if sc.mode != "none" and "utility" in sc.cards and sc.probe_fraction == 0:
@@ -731,6 +731,12 @@ def _contradictions(spec: ExperimentSpec) -> list[tuple[str, str]]:
         )
     out += _warm_start_contradictions(spec)
     return out
+
+
+def _fractions(group_size: int) -> str:
+    """The probe fractions that leave a rollout on each side of a group: one value for a group of two."""
+    low, high = 1 / group_size, (group_size - 1) / group_size
+    return f"{low:.3g}" if low == high else f"a fraction between {low:.3g} and {high:.3g}"
 
 
 def episode_budget(spec: ExperimentSpec) -> EpisodeBudget:

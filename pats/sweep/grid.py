@@ -176,6 +176,7 @@ def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
     from pats.spec.models import LocalTrainerSpec
 
     issues = _owned_issues(sweep)
+    failed: dict[SpecIssue, list[str]] = {}  # each problem (where it was set) -> the cells it is in
     folder = sweep_folder(sweep)
     keys = sorted(sweep.grid)
     combos = list(itertools.product(*(sweep.grid[k] for k in keys))) or [()]
@@ -186,7 +187,9 @@ def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
             try:
                 base = load_spec(source, [*sweep.overrides, *varied])
             except SpecError as err:
-                issues += [_in(i, source) for i in err.issues]
+                cell = " ".join([source, *varied])  # the condition has no name yet: its spec and values
+                for issue in err.issues:
+                    failed.setdefault(_normalized(issue), []).append(cell)
                 continue
             condition = "-".join([base.name, *(_label(k, v) for k, v in zip(keys, combo, strict=True))])
             if threads and isinstance(base.trainer, LocalTrainerSpec) and base.trainer.threads is None:
@@ -196,6 +199,7 @@ def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
                          f"logging.group={sweep_name(sweep)}")  # fmt: skip
                 overrides = (*sweep.overrides, *varied, *extra)
                 out.append(Cell(condition, seed, load_spec(source, overrides), source, overrides))
+    issues += [_in(issue, where) for issue, where in failed.items()]
     issues += _duplicates(out)
     if issues:  # once each: a bad override is the same problem in every cell
         raise SpecError(list(dict.fromkeys(issues)), file="pats sweep")
@@ -204,8 +208,24 @@ def cells(sweep: SweepSpec, threads: int | None = None) -> tuple[Cell, ...]:
     return tuple(out)
 
 
-def _in(issue: SpecIssue, source: str) -> SpecIssue:
-    return SpecIssue(issue.path, issue.message, issue.source or source)
+def _normalized(issue: SpecIssue) -> SpecIssue:
+    """The issue with the file it names as a plain path (`experiments/ablations/../quickstart.yaml:29`,
+    an include, is `experiments/quickstart.yaml:29`), so one problem reached through two specs is one."""
+    path, colon, line = issue.source.rpartition(":")
+    if not colon or not line.isdigit() or not path.endswith((".yaml", ".yml")):
+        return issue
+    return SpecIssue(issue.path, issue.message, f"{os.path.normpath(path)}:{line}")
+
+
+def _in(issue: SpecIssue, cells: Sequence[str]) -> SpecIssue:
+    """The issue with the cells it is in (spec file and grid values), unless it names an override (the
+    same wherever it applies) or the one spec file it is in."""
+    shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
+    if not issue.source:
+        return SpecIssue(issue.path, issue.message, shown)
+    if issue.source.startswith("override ") or cells == [issue.source.rpartition(":")[0]]:
+        return issue
+    return SpecIssue(issue.path, issue.message, f"{issue.source}; in the cells of {shown}")
 
 
 def _owned_issues(sweep: SweepSpec) -> list[SpecIssue]:
