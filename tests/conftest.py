@@ -1,5 +1,11 @@
-"""Shared fixtures. Tests run on CPU, offline; the data sets are found via `shared_data` ($PATS_DATA or
-../shared/data)."""
+"""Shared fixtures and the two tiers. Tests run on CPU, offline; the data sets are found via `shared_data`
+($PATS_DATA or ../shared/data).
+
+Tiers (docs/testing.md): a plain `pytest` runs the default tier; tests marked `slow` (real model
+servers, vLLM, Ray, training runs, real games in real processes) run only with `--run-slow` or
+PATS_RUN_SLOW=1, as transformers' RUN_SLOW. Left out, they are deselected and one line at the end
+says how many and how to run them. `.ci/run` runs both tiers.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,55 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+RUN_SLOW = "PATS_RUN_SLOW"
+SLOW_LEFT = pytest.StashKey[int]()
+HOW_TO_RUN_SLOW = (
+    f"run them with `pytest --run-slow` or {RUN_SLOW}=1, that tier alone with `--run-slow -m slow` "
+    "(docs/testing.md; vLLM's tests need `./scripts/install .venv --test --vllm`)"
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        help=f"also run the tests marked slow (the same as {RUN_SLOW}=1); docs/testing.md",
+    )
+
+
+def runs_slow(config) -> bool:
+    return bool(config.getoption("--run-slow")) or os.environ.get(RUN_SLOW, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without the switch, the slow tier is deselected (one summary line, not a skip line per test)."""
+    if runs_slow(config):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if not slow:
+        return
+    config.hook.pytest_deselected(items=slow)
+    items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    config.stash[SLOW_LEFT] = len(slow)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: tell the controller, which collects nothing
+        config.workeroutput["pats_slow_left"] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, in the controller
+def pytest_testnodedown(node, error):
+    left = getattr(node, "workeroutput", {}).get("pats_slow_left", 0)
+    node.config.stash[SLOW_LEFT] = max(left, node.config.stash.get(SLOW_LEFT, 0))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    left = config.stash.get(SLOW_LEFT, 0)
+    if left:
+        tests = "test" if left == 1 else "tests"
+        terminalreporter.write_line(
+            f"{left} slow {tests} not run (the slow tier: model servers, vLLM, Ray, training runs); "
+            + HOW_TO_RUN_SLOW
+        )
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ def warm(tiny_model_dir, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # real twc and cookingworld games in their JVMs (20 s alone, 60-85 s beside other work)
 def test_gap_per_game_on_both_sets_a_file_each_kept_on_rerun(tiny_model_dir, warm, tmp_path, capsys):
     extra = [f"policy.model={tiny_model_dir}"]
     flags = ["--count", "2", "--threads", "1", "--out", str(tmp_path), "--set", *extra]

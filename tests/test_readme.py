@@ -78,12 +78,15 @@ def run(args: list[str], glob: bool = False) -> subprocess.CompletedProcess[str]
 
 
 def test_the_readme_shows_the_set_up_commands_ci_runs():
-    """The two set-up commands, as .ci/run and a fresh clone use them."""
+    """The set-up commands (both test tiers and the main job), as .ci/run and a fresh clone use them."""
     shown = commands(README.read_text())
-    assert "./scripts/install .venv --test" in shown and ".venv/bin/python -m pytest" in shown
+    assert "./scripts/install .venv --test" in shown and ".venv/bin/python -m pytest -n 2" in shown
+    assert "./scripts/install .venv --test --vllm" in shown
+    assert ".venv/bin/python -m pytest --run-slow -m slow" in shown
     assert "./scripts/install .venv" in shown and ".venv/bin/pats run experiments/quickstart.yaml" in shown
     ci = (REPO / ".ci" / "run").read_text()
-    assert "./scripts/install .venv --test" in ci and "python -m pytest" in ci
+    assert "./scripts/install .venv --test --vllm" in ci and "python -m pytest" in ci
+    assert "tier default -n 2\n" in ci and "tier slow --run-slow" in ci
 
 
 @pytest.mark.parametrize("command", [c for c in commands(README.read_text()) if is_real(c)])

@@ -82,7 +82,7 @@ def test_the_default_is_the_embedded_policys_converted_directory(model_dir, pyth
         (
             ["--python", "/no/such/python"],
             3,
-            "no vLLM interpreter at /no/such/python: `./scripts/install .venv --test`",
+            "no vLLM interpreter at /no/such/python: `./scripts/install .venv --vllm`",
         ),
         (["--port", "0"], 2, "--port 0: write a port between 1 and 65535"),
     ],

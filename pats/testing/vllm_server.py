@@ -2,7 +2,7 @@
 
 `ServedModel` (transformers serve) is the server without schema support; this one is what users deploy
 beside a reviser, with the command line `pats serve` runs (pats.lm.serve: its own interpreter,
-`.venv-vllm` from `scripts/install VENV --test` or `PATS_VLLM_PYTHON`). Nothing is installed at test
+`.venv-vllm` from `scripts/install VENV --vllm` or `PATS_VLLM_PYTHON`). Nothing is installed at test
 time. It is started offline on a free port with the embedded model's converted directory (bf16
 safetensors) and stopped on exit:
 
