@@ -8,6 +8,7 @@ never imported (importing it pulls the `llm` tool); we only locate its file.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import shutil
 import tempfile
@@ -80,7 +81,13 @@ def resolve_model_dir(model: str) -> Path | str:
         return model
     target = cache_dir() / EMBEDDED_POLICY
     if not (target / "config.json").is_file():
-        _convert_embedded(target)
+        # One conversion at a time (two runs, a server beside a run, pytest-xdist's workers): the rest
+        # wait for it (~12 s and ~1 GB each) and find the directory, instead of converting it again.
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+            if not (target / "config.json").is_file():
+                _convert_embedded(target)
     return target
 
 
