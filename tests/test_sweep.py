@@ -218,6 +218,23 @@ def test_the_cli_plans_from_a_sweep_file_and_the_command_line(repo, tmp_path, ca
     assert "trainer.steps=2 eval.every=2 scaffold.removal=false seed=1" in out
 
 
+def test_one_cell_is_counted_as_one(repo, tmp_path, capsys):
+    """Issue 59, item 5: '1 cells', '1 conditions x 1 seeds'."""
+    from pats.cli.main import main
+
+    quickstart = str(repo / "experiments/quickstart.yaml")
+    assert main(["sweep", quickstart, "--name", "one", "--root", str(tmp_path), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("sweep one: 1 cell\n")
+    sweep_file = tmp_path / "one.yaml"
+    sweep_file.write_text(f"sweep:\n  specs: [{quickstart}]\n")
+    assert main(["validate", str(sweep_file)]) == 0
+    assert capsys.readouterr().out == f"ok: {sweep_file} (sweep: 1 cell, 1 condition)\n"
+    lines: list[str] = []
+    sweep = SweepSpec(name="one", specs=(quickstart,), overrides=TINY, root=str(tmp_path))
+    run_sweep(sweep, say=lines.append, trainers=scripted_trainers())
+    assert lines[0] == f"sweep one: 1 cell (1 condition x 1 seed) in {tmp_path / 'one'}"
+
+
 @pytest.mark.slow
 def test_the_sweep_as_ray_tasks_on_a_local_ray(repo, tmp_path):
     ray = pytest.importorskip("ray")

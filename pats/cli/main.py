@@ -43,9 +43,10 @@ def _validate_one(path: str, overrides: list[str]) -> str:
     if is_sweep_file(path):  # every cell planned, with the command line read as `pats sweep` reads it
         from pats.cli.sweep import sweep_of
         from pats.sweep.grid import cells
+        from pats.sweep.words import counted
 
         planned = cells(sweep_of([path], overrides))
-        return f"sweep: {len(planned)} cells, {len({c.condition for c in planned})} conditions"
+        return f"sweep: {counted(len(planned), 'cell')}, {counted(len({c.condition for c in planned}), 'condition')}"
     from pats.llm_check import check_providers, unset_keys
     from pats.spec.loader import load_spec_sourced, missing_files
 

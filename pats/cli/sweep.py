@@ -113,6 +113,7 @@ def sweep_of(
 def cmd_sweep(args: argparse.Namespace) -> int:
     from pats.sweep.grid import cells, sweep_name
     from pats.sweep.run import run_sweep
+    from pats.sweep.words import counted
 
     if args.items[0] == "status" and not Path("status").is_file():
         return cmd_status(args.items[1:])
@@ -122,7 +123,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from pats.sweep.cluster import asks_for
 
         planned = cells(sweep, asks_for(sweep, args.parallel).threads if ray else None)
-        print(f"sweep {sweep_name(sweep)}: {len(planned)} cells")
+        print(f"sweep {sweep_name(sweep)}: {counted(len(planned), 'cell')}")
         for cell in planned:
             print(f"  {cell.name}: {cell.source} {' '.join(cell.overrides)}")
         return 0
