@@ -25,6 +25,8 @@ def check(played):
 
 
 def test_webshop_episodes_on_the_local_backend(repo):
+    """Guards WebShop's free-text path on the local backend: the real model's output, whatever it is,
+    becomes a valid or invalid step and a TrainItem. One group of 2 episodes, 2 turns of 8 tokens."""
     spec = load_spec(
         repo / "experiments/webshop/demo.yaml", ["environment.max_turns=2", "policy.max_new_tokens=8"]
     )
@@ -32,6 +34,8 @@ def test_webshop_episodes_on_the_local_backend(repo):
 
 
 def test_search_qa_episodes_on_the_local_backend(repo, tmp_path):
+    """Guards search-QA's free-text path on the local backend (search calls, answers), as above, on a
+    one-document corpus and one question: one group of 2 episodes, 2 turns of 8 tokens."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "1", "contents": '"Paris"\nParis is the capital of France.'}) + "\n")
     questions = tmp_path / "q.jsonl"

@@ -77,6 +77,9 @@ def summary(run_dir: Path) -> dict:
 
 
 def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(repo, tmp_path):
+    """Guards crash safety: a run SIGKILLed in step 1 and resumed ends, to the bit, where an
+    uninterrupted run of the same seed ends (steps, events, scaffold versions, rewards, metrics,
+    adapter). The two runs go side by side, 2 steps of one task group, 2 turns each."""
     clean = start(repo, tmp_path, "clean")
     killed = start(repo, tmp_path, "killed")
     run_dir = tmp_path / "killed"

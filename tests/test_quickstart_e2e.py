@@ -38,6 +38,9 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, repo):
+    """One real run for the module's checks (the run directory, the deployment prompts, the report,
+    `pats eval`, the benchmark's held-out test, resume): the quickstart shrunk to 2 steps of 2 tasks,
+    4 turns and one greedy evaluation, so the shipped spec's whole path runs once, not once per check."""
     root = tmp_path_factory.mktemp("runs")
     spec = load_spec(repo / "experiments/quickstart.yaml", [*TINY, f"logging.root={root}"])
     prompts: list[tuple[str, bool, str]] = []  # (episode id, view empty, prompt text)
@@ -213,6 +216,9 @@ def test_the_benchmarks_held_out_test_is_pats_eval_kept_per_task(run, repo, tmp_
 
 
 def test_resume_redoes_steps_after_the_checkpoint_without_duplicates(run, tmp_path):
+    """Guards `resume` from a checkpoint older than the log: the steps after it are redone (step 1
+    trains again) and the events, metrics and scaffold versions hold each step once. On a copy of
+    the module's run, so it pays for one step, not for a run."""
     import shutil
 
     from pats.engine.run import resume

@@ -82,6 +82,9 @@ class ClosingBackend(ScriptedBackend):
 def test_a_run_with_a_served_judge_and_reviser_completes_and_counts_what_happened(
     served, tmp_path, monkeypatch, write, capsys, repo
 ):
+    """Guards the LLM judge's and reviser's path against a real server's real answers (malformed ones,
+    slow ones, token counts, the rules reviser's fallback): one step, one task, the module's one server.
+    Its time (5 min beside other work) is the 135M model writing MAX_TOKENS per call on the CPU."""
     monkeypatch.setenv("PATS_SERVED_KEY", "not-checked")  # openai/ sends a key; transformers serve ignores it
     monkeypatch.setattr(run_module, "make_env_factory", lambda spec: lambda: FakeEnv(num_tasks=2))
     monkeypatch.setattr(run_module, "make_backend", lambda spec, make_env: ClosingBackend())

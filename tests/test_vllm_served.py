@@ -69,6 +69,8 @@ class _Running:
 
 @pytest.fixture(scope="module")
 def vllm():
+    """One vLLM server for the module's four tests (its start is 1-2 min; the first ever also compiles
+    CPU kernels): started once, so each test pays only for its own requests."""
     from pats.models import resolve_model_dir
     from pats.spec.models import EMBEDDED_POLICY
 
@@ -176,7 +178,9 @@ def test_the_shipped_compiled_reviser_spec_writes_an_edit_that_enters_the_scaffo
     """`experiments/ablations/llm_reviser_embedded.yaml` (the quickstart's real twc games and policy, the
     program compiled for the embedded model) behind the server, 2 steps: an edit the LLM wrote passed the
     review's check and entered the scaffold at a step with no fallback. (2026-12-05: an ADD at both steps,
-    2 min 10 s on the 2-core machine; the texts are nonsense, docs/llm.md.)"""
+    2 min 10 s on the 2-core machine; the texts are nonsense, docs/llm.md.) Guards the shipped spec and
+    program, which no other test runs against a real model: evaluation is cut to one episode, as
+    only the reviews are checked."""
     code = main(
         ["run", str(repo / "experiments/ablations/llm_reviser_embedded.yaml"), f"reviser.llm.api_base={vllm.base_url}",
          "trainer.steps=2", "eval.at_start=false", "eval.every=100", "eval.num_tasks=1",
