@@ -1,7 +1,7 @@
 """A cell's output teed at the file descriptors (pats.sweep.logs.tee_output), seen from outside the
 process: each line reaches the terminal after the cell's prefix (none by default) and the log as
 printed, lines a carriage return ends (progress bars) are passed on without waiting for a newline,
-a line written in pieces reaches the log whole, and after the block stdout and stderr go where they
+of which the log keeps each bar's last state, a line written in pieces reaches the log whole, and after the block stdout and stderr go where they
 went before, with no descriptor left open. From the mutation runs of logs.py.
 
 stdout and stderr have a pipe and a pump each, so the order of two lines written moments apart on
@@ -52,7 +52,7 @@ SCRIPT = WAIT + textwrap.dedent(
         print("three")
         landed(b"three\\n")
         os.write(2, b"bar 1/2\\r")
-        landed(b"bar 1/2\\r")  # a carriage return ends a line: it is not held for a newline
+        drained(2)  # a carriage return ends a line: on the terminal at once, in the log only if last
         os.write(1, b"four\\n")
         landed(b"four\\n")
         os.write(2, b"bar 2/2\\n")
@@ -74,12 +74,55 @@ def test_each_line_after_the_prefix_on_the_terminal_as_printed_in_the_log(tmp_pa
     out, err, log = child(tmp_path, SCRIPT, "[cell] ")
     assert out == "[cell] one\n[cell] two\n[cell] three\n[cell] four\nafter out\n"
     assert err == "[cell] bar 1/2\r[cell] bar 2/2\nafter err\n"
-    assert log == "one\ntwo\nthree\nbar 1/2\rfour\nbar 2/2\n"  # the progress line before 'four'
+    assert log == "one\ntwo\nthree\nfour\nbar 2/2\n"  # the bar's last state only (issue 59)
 
 
 def test_no_prefix_by_default(tmp_path):
     out, err, log = child(tmp_path, SCRIPT)
     assert out == "one\ntwo\nthree\nfour\nafter out\n" and err == "bar 1/2\rbar 2/2\nafter err\n"
+
+
+def test_the_log_keeps_a_progress_bars_last_state_and_every_other_line(tmp_path):
+    """Issue 59, item 5: the weight-loading bars filled each cell's log.txt with every redraw. A CR LF
+    cut in two by the pipe's reads stays one line; a bar the output ends on keeps its last state."""
+    script = WAIT + textwrap.dedent(
+        """
+        with tee_output(Path(sys.argv[1])):
+            os.write(2, b"\\rLoading: 0%|")
+            drained(2)
+            os.write(2, b"\\rLoading: 50%|")
+            drained(2)
+            os.write(2, b"\\rLoading: 100%|")
+            drained(2)
+            os.write(2, b"\\n")
+            landed(b"Loading: 100%|\\n")
+            os.write(1, b"windows line\\r")
+            drained(1)
+            os.write(1, b"\\nnext\\n\\r\\rsaving 1/2\\rsaving 2/2\\r")
+        """
+    )
+    out, err, log = child(tmp_path, script)
+    assert err == "\rLoading: 0%|\rLoading: 50%|\rLoading: 100%|\n"  # the terminal: every redraw
+    assert out == "windows line\r\nnext\n\r\rsaving 1/2\rsaving 2/2\r"
+    assert log == "Loading: 100%|\nwindows line\r\nnext\nsaving 2/2\r"
+
+
+def test_a_line_a_carriage_return_ends_reaches_the_terminal_at_once(tmp_path):
+    """Held for the log, not for the terminal: the child waits for its own stderr (a file here) to hold
+    the bar before it writes anything more."""
+    terminal = tmp_path / "stderr.txt"
+    script = WAIT + textwrap.dedent(
+        """
+        with tee_output(Path(sys.argv[1])):
+            os.write(2, b"bar 1/2\\r")
+            until(lambda: Path(sys.argv[2]).read_bytes() == b"bar 1/2\\r", "the bar on the terminal")
+        """
+    )
+    with open(terminal, "wb") as err:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "log.txt"), str(terminal)],
+                              stderr=err, timeout=60)  # fmt: skip
+    assert done.returncode == 0, terminal.read_text()
+    assert (tmp_path / "log.txt").read_bytes() == b"bar 1/2\r"  # the last state: kept at the end
 
 
 def test_a_line_written_in_pieces_is_not_cut_by_the_other_streams_lines(tmp_path):

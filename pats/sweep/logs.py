@@ -4,7 +4,8 @@ The copy is taken at the file descriptors (1 and 2), so it holds what Python pri
 write and what child processes (an environment's JVM, say) print, not only `print()`. Inside the
 block Python's own `sys.stdout` and `sys.stderr` write to those descriptors too (where a caller had
 replaced them, as pytest does, they would bypass the copy). Where cells share a terminal, each line
-that reaches it can be prefixed with the cell's name; the log holds the lines as printed. Each
+that reaches it can be prefixed with the cell's name; the log holds the lines as printed, except that
+of a line redrawn in place (a progress bar: ended by a carriage return) it keeps the last state. Each
 descriptor has a pipe and a thread of its own, so each stream's lines keep their order in the log,
 but a stdout line and a stderr line written moments apart may land in either order (a print just
 before a traceback can follow it).
@@ -85,23 +86,57 @@ def _pump(read_end: int, terminal: int, log: BinaryIO, lock: threading.Lock, pre
     line written in pieces (an unbuffered child's print, a word and then its newline) would otherwise
     be cut by the other stream's lines in the log."""
     pending = b""
+    settled = _Settled()
     try:
         while chunk := os.read(read_end, 1 << 16):
             pending += chunk
             cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
             if cut:
-                _copy(pending[:cut], terminal, log, lock, prefix)
+                _copy(pending[:cut], terminal, log, lock, prefix, settled)
                 pending = pending[cut:]
-        if pending:  # the last line, without its end
-            _copy(pending, terminal, log, lock, prefix)
+        _copy(pending, terminal, log, lock, prefix, settled, last=True)  # the last line, without its end
     finally:
         os.close(read_end)
 
 
-def _copy(lines: bytes, terminal: int, log: BinaryIO, lock: threading.Lock, prefix: bytes) -> None:
-    """Whole lines to the log (under the lock both pumps share) and, each after `prefix`, to the terminal."""
+class _Settled:
+    """What the log keeps of one stream: a line a carriage return alone ends is one a progress bar
+    redraws (tqdm's `\rLoading weights: 40%|...`), so it is held and dropped once the next line
+    follows: the log has each bar's last state, not every redraw. A newline alone right after it is a
+    `\r\n` the pipe delivered in two reads: it completes the held line instead."""
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def lines(self, data: bytes, last: bool = False) -> bytes:
+        kept = []
+        for line in data.splitlines(keepends=True):
+            if line == b"\n" and self.held:
+                line = self.held + line
+            self.held = b""
+            if line.endswith(b"\r"):
+                self.held = line
+            else:
+                kept.append(line)
+        if last:  # a bar the output ended on: its last state
+            kept.append(self.held)
+            self.held = b""
+        return b"".join(kept)
+
+
+def _copy(
+    lines: bytes,
+    terminal: int,
+    log: BinaryIO,
+    lock: threading.Lock,
+    prefix: bytes,
+    settled: _Settled,
+    last: bool = False,
+) -> None:
+    """Whole lines to the log as `settled` keeps them (under the lock both pumps share) and, each after
+    `prefix`, to the terminal as they are."""
     with lock:
-        log.write(lines)
+        log.write(settled.lines(lines, last))
         log.flush()
     if prefix:
         lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
