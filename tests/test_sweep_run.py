@@ -6,8 +6,12 @@ through pats' own train() with FakeEnv and a scripted policy (pats.testing.sweep
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
+import pytest
+
+from pats.errors import RunInterrupted
 from pats.sweep import SweepSpec, run_sweep
 from pats.sweep import cluster as cluster_module
 from pats.sweep.cell import CellResult, run_cell
@@ -97,3 +101,24 @@ def test_the_last_line_counts_refused_cells(repo, tmp_path):
     results = run_sweep(changed, say=lines.append, trainers=scripted_trainers())
     assert [(r.status, r.seconds) for r in results] == [("refused", 0.0), ("refused", 0.0)]
     assert lines[-1].startswith("sweep tiny: 2 refused; `pats sweep status ")
+
+
+def test_a_serial_sweep_stopped_by_a_signal_says_so_and_to_rerun_it(repo, tmp_path):
+    """Issue 59, items 2 and 5: the serial path's lines, which --parallel now repeats; its error named
+    `pats run --resume CELL` where the sweep is what to rerun."""
+    sweep = one_by_two(repo, tmp_path)
+    lines: list[str] = []
+    with pytest.raises(RunInterrupted) as stopped:
+        run_sweep(sweep, say=lines.append, trainers=scripted_trainers(stops="quickstart-s0"))
+    folder = tmp_path / "tiny"
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 143
+    assert str(stopped.value) == (
+        "the sweep stopped at your request: 1 cell stopped (quickstart-s0). Rerun the same `pats sweep` "
+        "command to go on: finished cells are skipped, stopped ones resume from their last checkpoint, the "
+        f"others start (`pats sweep status {folder}` shows each cell)"
+    )
+    assert lines[1:] == [
+        "cell 1/2 quickstart-s0: starting",
+        "cell 1/2 quickstart-s0: interrupted: stopped at your request after step 0 (checkpointed) "
+        f"(log: {folder / 'quickstart-s0' / 'log.txt'})",
+    ]
