@@ -1,12 +1,49 @@
-"""Per-step metrics from rollout groups, the review and the scaffold (DESIGN.md "Metrics")."""
+"""Per-step metrics from rollout groups, the review and the scaffold (DESIGN.md "Metrics").
+
+Guidance coverage (`coverage_metrics`, part of `group_metrics`): each rollout group is counted by what
+its pinned view showed its scaffolded rollouts (`Shown`): `plan`, a plan entry of its own task; `other`,
+entries but no plan of its task (type and general entries, an LLM reviser's task skills); `none`, the
+empty view (every group of a run without a scaffold). Per class: its groups (`coverage/<class>_groups`,
+`coverage/<class>_fraction` of the step's), the informative fraction among them, and train success of
+their scaffolded rollouts and of their probes (`coverage/<class>_success_with_scaffold`,
+`..._without_scaffold`); a class without groups, or without rollouts of a kind, has no such line, so a
+mean over steps is never pulled down by a zero that was not measured. `coverage/plan_steps`: the steps
+of the task plans shown, per group shown a plan (mean); `coverage/plan_cut_groups`: groups shown a plan
+that says it was cut (pats.scaffold.render.plan_steps' `more`).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from statistics import fmean
+from typing import Literal, get_args
 
-from pats.types import ReviewResult, Rollout, RolloutGroup, ScaffoldVersion
+from pats.types import ReviewResult, Rollout, RolloutGroup, ScaffoldEntry, ScaffoldVersion, Task
+
+Coverage = Literal["plan", "other", "none"]
+COVERAGE: tuple[Coverage, ...] = get_args(Coverage)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one rollout group's pinned view showed its scaffolded rollouts, as the coverage metrics count it."""
+
+    coverage: Coverage
+    plan_steps: int  # steps of the task's plan entries in the view (a plan not read as steps counts 1)
+    plan_cut: bool  # one of those plans says it was cut to fit
+
+
+def coverage_of(task: Task, entries: Sequence[ScaffoldEntry]) -> Shown:
+    """`entries` (those of a group's pinned view) as the coverage metrics count them for `task`."""
+    from pats.scaffold.render import plan_steps
+
+    plans = [plan_steps(e.text) for e in entries if e.kind == "plan" and e.scope == f"task:{task.id}"]
+    if not plans:
+        return Shown("other" if entries else "none", 0, False)
+    steps = sum(len(p.steps) if p is not None else 1 for p in plans)
+    return Shown("plan", steps, any(p is not None and p.more for p in plans))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -33,7 +70,12 @@ def task_outcomes(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
     return out
 
 
-def group_metrics(groups: Sequence[RolloutGroup]) -> dict[str, float]:
+def group_metrics(
+    groups: Sequence[RolloutGroup], view_entries: Callable[[RolloutGroup], Sequence[ScaffoldEntry]]
+) -> dict[str, float]:
+    """The step's groups: informative fraction, success and the rest over all rollouts, with and
+    without the scaffold, and the guidance coverage (`view_entries`: the entries of a group's pinned
+    view, `ScaffoldPolicy.view_entries`)."""
     scaffolded = [r for g in groups for r in g.scaffolded]
     probes = [r for g in groups for r in g.probes]
     out = {
@@ -45,6 +87,27 @@ def group_metrics(groups: Sequence[RolloutGroup]) -> dict[str, float]:
     if any(g.scaffold_version for g in groups):  # with no scaffold (mode none) there is no split to report
         out |= rollout_metrics(scaffolded, "train_with_scaffold")
         out |= rollout_metrics(probes, "train_without_scaffold")
+    return out | coverage_metrics(groups, [coverage_of(g.task, view_entries(g)) for g in groups])
+
+
+def coverage_metrics(groups: Sequence[RolloutGroup], seen: Sequence[Shown]) -> dict[str, float]:
+    """The guidance coverage of the step's groups, `seen[i]` what group i was shown (module docstring)."""
+    out: dict[str, float] = {}
+    for kind in COVERAGE:
+        mine = [g for g, s in zip(groups, seen, strict=True) if s.coverage == kind]
+        out[f"coverage/{kind}_groups"] = float(len(mine))
+        out[f"coverage/{kind}_fraction"] = len(mine) / len(groups) if groups else 0.0
+        if not mine:
+            continue
+        out[f"coverage/{kind}_informative_fraction"] = _mean([float(g.informative) for g in mine])
+        for name, rollouts in (("with", [r for g in mine for r in g.scaffolded]),
+                               ("without", [r for g in mine for r in g.probes])):  # fmt: skip
+            if rollouts:
+                out[f"coverage/{kind}_success_{name}_scaffold"] = _mean([float(r.success) for r in rollouts])
+    plans = [s for s in seen if s.coverage == "plan"]
+    if plans:
+        out["coverage/plan_steps"] = _mean([float(s.plan_steps) for s in plans])
+    out["coverage/plan_cut_groups"] = float(sum(s.plan_cut for s in plans))
     return out
 
 

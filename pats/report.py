@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pats.errors import PrerequisiteError
 from pats.logging.events import EvalEvent, StepEndEvent, read_events
+from pats.metrics import COVERAGE
 
 START = -1  # the step number of an evaluation before training (eval.at_start)
 OFFSET = 0.06  # sideways shift between neighbouring series of one panel, in steps
@@ -52,6 +53,14 @@ class Plot:
 
 
 SUCCESS = "success rate (fraction of episodes won)"
+COVERAGE_LABELS = {"plan": "shown a plan", "other": "other guidance, no plan", "none": "shown nothing"}
+
+
+def _by_class(what: str, label: str) -> tuple[Series, ...]:
+    """One series per coverage class (pats.metrics.COVERAGE) of `coverage/<class>_<what>`."""
+    return tuple(Series(f"coverage/{c}_{what}", f"{COVERAGE_LABELS[c]}{label}") for c in COVERAGE)
+
+
 PLOTS = (
     Plot(
         "success.png",
@@ -115,6 +124,29 @@ PLOTS = (
                 "informative groups (fraction of the step's groups)",
                 (Series("train/informative_fraction", "train"),),
                 unit_interval=True,
+            ),
+        ),
+    ),
+    Plot(
+        "coverage.png",
+        "Guidance coverage: what each rollout group's view showed",
+        (
+            Panel("groups (fraction of the step's groups)", _by_class("fraction", ""), unit_interval=True),
+            Panel(
+                "informative groups (fraction of the class's groups)",
+                _by_class("informative_fraction", ""),
+                unit_interval=True,
+            ),
+            Panel(
+                SUCCESS,
+                (
+                    *_by_class("success_with_scaffold", ", with scaffold"),
+                    *_by_class("success_without_scaffold", ", probes"),
+                ),
+                unit_interval=True,
+            ),
+            Panel(
+                "plan steps shown (mean per group shown a plan)", (Series("coverage/plan_steps", "steps"),)
             ),
         ),
     ),
@@ -250,6 +282,34 @@ def checkpoint_name(step: int) -> str:
     return "start (before step 0)" if step == START else f"after step {step}"
 
 
+def _coverage_table(steps: list[dict]) -> list[str]:
+    """Guidance coverage as means over the steps (each over the steps that measured it); [] for a run
+    logged before pats counted it."""
+    if not any("coverage/none_fraction" in m for m in steps):
+        return []
+
+    def mean(key: str, digits: int = 3) -> str:
+        values = [m[key] for m in steps if key in m]
+        return f"{sum(values) / len(values):.{digits}f}" if values else "-"
+
+    lines = [
+        "",
+        "Guidance coverage (pats.metrics): groups by what their view showed; means over the steps",
+        "",
+        "| groups | share of groups | informative | train success with scaffold | probes without |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c in COVERAGE:
+        lines.append(
+            f"| {COVERAGE_LABELS[c]} | {mean(f'coverage/{c}_fraction')} | "
+            f"{mean(f'coverage/{c}_informative_fraction')} | {mean(f'coverage/{c}_success_with_scaffold')} | "
+            f"{mean(f'coverage/{c}_success_without_scaffold')} |"
+        )
+    cut = sum(m.get("coverage/plan_cut_groups", 0.0) for m in steps)
+    return [*lines, "", f"Plan steps shown per group shown a plan: {mean('coverage/plan_steps', 1)}; "
+            f"groups shown a plan cut to fit: {cut:.0f}."]  # fmt: skip
+
+
 def _summary(run_dir: Path, steps, evals, plots) -> str:
     lines = [f"# Run report: {run_dir.name}", ""]
     lines.append(f"Steps completed: {len(steps)}. Evaluations: {len(evals)}.")
@@ -274,6 +334,7 @@ def _summary(run_dir: Path, steps, evals, plots) -> str:
             if key in first or key in last:
                 lines.append(f"| {key} | {_fmt(first.get(key, '-'))} | {_fmt(last.get(key, '-'))} |")
         lines += ["", f"Mean informative-group fraction: {sum(inf) / len(inf):.3f}"]
+        lines += _coverage_table([m for _, m in steps])
     if evals:
         lines += [
             "",

@@ -93,6 +93,14 @@ class ScaffoldPolicy:
     def view(self, task: Task) -> ScaffoldView:
         return self.store.pin(task) if self.store is not None else EMPTY_VIEW
 
+    def view_entries(self, group: RolloutGroup) -> tuple[ScaffoldEntry, ...]:
+        """The entries of the view `group` was pinned (by its version's hash), in the view's order; ()
+        for the empty view. For the coverage metrics (pats.metrics.group_metrics), at the step's end."""
+        if self.store is None or not group.scaffold_version:
+            return ()
+        entries = {e.id: e for e in self.store.version(group.scaffold_version).entries}
+        return tuple(entries[i] for i in self.store.pin(group.task, group.scaffold_version).entry_ids)
+
     def plan(self, tasks: Sequence[Task], group_size: int, probes: int) -> list[GroupPlan]:
         """One pin per task per step: every scaffolded rollout of the group sees this one version."""
         if self.store is None:

@@ -56,7 +56,9 @@ def logged(run_dir, key):
 
 def test_every_plotted_point_is_a_logged_metric_at_its_step(reported):
     run_dir, plots = reported
-    assert set(plots) == {"success.png", "scaffold.png", "edits.png", "prompt_tokens.png", "informative.png"}
+    assert set(plots) == {
+        "success.png", "scaffold.png", "edits.png", "prompt_tokens.png", "informative.png", "coverage.png"
+    }  # fmt: skip
     for name, plot in plots.items():
         assert (run_dir / "report" / name).stat().st_size > 0
         for panel in plot["panels"]:
@@ -118,3 +120,24 @@ def test_the_artists_draw_the_data_readably(reported):
         labels = [t.get_text() for t in bottom.get_xticklabels()]
         assert labels == ["start" if t == START else str(int(t)) for t in ticks], (name, labels)
         matplotlib.pyplot.close(fig)
+
+
+def test_the_guidance_coverage_is_plotted_and_tabled(reported):
+    """What each group was shown (issue 58, item 5): the classes' shares, their informative fractions,
+    success with the scaffold and of the probes, and the plan steps, drawn from metrics.jsonl; the
+    summary tables their means over the steps."""
+    run_dir, plots = reported
+    panels = plots["coverage.png"]["panels"]
+    keys = [[s["key"] for s in p["series"]] for p in panels]
+    assert keys[0] == ["coverage/plan_fraction", "coverage/other_fraction", "coverage/none_fraction"]
+    assert "coverage/plan_informative_fraction" in keys[1] and keys[3] == ["coverage/plan_steps"]
+    assert "coverage/plan_success_without_scaffold" in keys[2]
+    shares = [sum(s["y"][i] for s in panels[0]["series"]) for i in range(4)]
+    assert shares == pytest.approx([1.0] * 4)  # every group of each of the 4 steps in one class
+    summary = (run_dir / "report" / "summary.md").read_text()
+    fractions = [m for _, m in logged(run_dir, "coverage/plan_fraction")]
+    assert f"| shown a plan | {sum(fractions) / len(fractions):.3f} |" in summary
+    assert (
+        "| groups | share of groups | informative | train success with scaffold | probes without |" in summary
+    )
+    assert "Plan steps shown per group shown a plan: " in summary

@@ -101,6 +101,9 @@ class PassEverything:
     def view(self, task):
         return self.inner.view(task)
 
+    def view_entries(self, group):
+        return self.inner.view_entries(group)
+
     async def review(self, step, groups):
         result = await self.inner.review(step, groups)
         bad = AddEdit(kind="plan", scope="general", text="One plan for every task.", cites=())

@@ -67,7 +67,7 @@ class Engine:
             committed = end.commit(step, reviewed)  # raises after k failed reviews in a row
             t3 = time.perf_counter()
             metrics = {
-                **group_metrics(groups),
+                **group_metrics(groups, self.scaffold.view_entries),
                 **stats.metrics(),
                 **committed.metrics,
                 "time/rollout_s": t1 - t0,

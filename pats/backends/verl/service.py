@@ -296,7 +296,7 @@ class ScaffoldService:
             self.stopped, self.stopped_from = err, step + 2  # pats step s is global step s + 1
             self.reviews.pop(step, None)
             return
-        metrics = {**group_metrics(groups), **committed.metrics}
+        metrics = {**group_metrics(groups, self.scaffold.view_entries), **committed.metrics}
         self.end.log(step, groups, committed, metrics)
         self.end.end(step, metrics)
         self.reviewed.add(step)
