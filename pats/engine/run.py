@@ -6,6 +6,7 @@ A run directory (`<logging.root>/<name>/`) holds:
   metrics.jsonl    one line of metrics per step (and per evaluation)
   scaffold/        every scaffold version (versions/NNNNNN.json) and current.md
   checkpoints/     step_NNNNNN/ (policy, judge state, state.json) and latest.json
+  host.json        each start's machine: CPU model and torch version (pats.host)
   wandb/           the W&B run (offline unless logging.wandb says otherwise)
   report/          plots and summary.md (`pats report`)
 
@@ -33,6 +34,7 @@ from pats.engine.progress import ProgressSink
 from pats.engine.sampler import TaskSampler
 from pats.errors import PrerequisiteError, RunInterrupted, SpecError, TrainingError
 from pats.fileio import write_atomic
+from pats.host import record_start
 from pats.logging.events import StepEndEvent, read_events
 from pats.logging.sinks import WandbSink
 from pats.registry import ENVIRONMENTS
@@ -150,6 +152,7 @@ async def train(
         task_types=sorted({t.type for t in train_tasks}),
         state=state.scaffold_state() if state else None,
     )
+    record_start(run_dir, start)  # the machine this start trains on (pats compare reads it)
     scaffold = end.scaffold
     sinks = list(end.sinks)
     wandb_id = state.wandb_id if state else None
@@ -330,6 +333,7 @@ def _train_with_verl(spec: ExperimentSpec, run_dir: Path, state: Checkpoint | No
     scaffold service cuts the scaffold side back to their step (pats.backends.verl.service)."""
     from pats.backends.verl.launch import run_verl
 
+    record_start(run_dir, None)  # the launching machine; verl finds the step it resumes from
     return run_verl(spec, run_dir)
 
 
