@@ -14,9 +14,11 @@ def add_compare_parser(sub) -> None:
         help="compare runs or sweeps by condition, with intervals over seeds and games",
         description="Group runs by condition (a run's name without its -s<seed>) and print one row each: "
         "held-out success without and with the scaffold and the reliance gap (95% intervals over seeds "
-        "and games), train success, informative groups, prompt tokens, scaffold size, edits and removals; "
+        "and games), train success, informative groups, groups shown a plan, prompt tokens, scaffold size, "
+        "edits and removals; "
         "an untrained row from the cells' evaluations before training (eval.at_start); then each "
-        "condition minus each baseline, paired by seed and game. Writes comparison.md, "
+        "condition minus each baseline, paired by seed and game; notes name the seeds each column rests "
+        "on, sweep cells with no run, and seeds whose cells ran on different machines. Writes comparison.md, "
         "comparison.csv and curves.png to --out. See docs/ablations.md.",
     )
     p.add_argument("paths", nargs="+", metavar="RUN_OR_SWEEP", help="run folders and sweep folders")
@@ -30,11 +32,11 @@ def add_compare_parser(sub) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pats.compare.output import csv_text, markdown, plot
-    from pats.compare.runs import read_run, run_dirs
+    from pats.compare.runs import read_run, run_dirs, unread_cells
     from pats.compare.table import compare
 
     records = [read_run(d) for d in run_dirs(args.paths)]
-    result = compare(records, args.baseline, args.draws)
+    result = compare(records, args.baseline, args.draws, unread_cells(args.paths))
     out = _out_folder(args.paths, args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(result)

@@ -53,6 +53,32 @@ def seeds_notes(groups: Mapping[str, Sequence[RunRecord]], untrained: Collection
     return notes
 
 
+def with_scaffold_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """A condition whose with-scaffold column (and reliance gap) rests on fewer seeds than its row lists:
+    which seeds it holds, and why the others have no with-scaffold outcomes."""
+    notes = []
+    for condition, runs in groups.items():
+        bare = [r for r in runs if r.heldout]
+        held = [r.seed for r in bare if r.heldout_with_scaffold]
+        lacking = [r for r in bare if not r.heldout_with_scaffold]
+        if not held or not lacking:
+            continue
+        why = "; ".join(
+            f"{r.run_dir.name}: "
+            + (
+                "its `pats eval` ran without --with-scaffold (rerun it with --with-scaffold)"
+                if r.heldout_source == "pats eval"
+                else "its last evaluation played no episodes with the scaffold"
+            )
+            for r in lacking
+        )
+        notes.append(
+            f"{condition}: held-out success with the scaffold and the reliance gap rest on {seeds_text(held)} "
+            f"only, without the scaffold on {seeds_text([r.seed for r in bare])} ({why})."
+        )
+    return notes
+
+
 def intervals_notes(groups: Mapping[str, Sequence[RunRecord]], rows: Sequence[ConditionRow]) -> list[str]:
     """Rows whose interval left games out (crossed on the games every seed played), or whose seeds share
     some games though none in common (nested, which counts a shared game once per seed)."""

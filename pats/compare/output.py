@@ -44,15 +44,16 @@ def markdown(c: Comparison) -> str:
         f"# Comparison of {len(c.rows)} condition{'' if len(c.rows) == 1 else 's'}",
         "",
         "| condition | scaffold | seeds | steps | held-out games | held-out success, no scaffold | with scaffold "
-        "| reliance gap (with - without) | train success | informative groups | prompt tokens "
+        "| reliance gap (with - without) | train success | informative groups | shown a plan | prompt tokens "
         "| scaffold entries | scaffold tokens | edits | removals |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in c.rows:
         lines.append(
             f"| {r.condition} | {r.scaffold_mode} | {', '.join(map(str, r.seeds))} | {r.steps} | {_games(r.games)} "
             f"| {_interval(r.heldout)} | {_interval(r.heldout_with_scaffold)} | {_difference(r.reliance_gap)} "
-            f"| {_num(r.train_success)} | {_num(r.informative_fraction)} | {_num(r.prompt_tokens, 1)} "
+            f"| {_num(r.train_success)} | {_num(r.informative_fraction)} | {_num(r.plan_fraction)} "
+            f"| {_num(r.prompt_tokens, 1)} "
             f"| {_num(r.scaffold_entries, 1)} | {_num(r.scaffold_tokens, 1)} | {_num(r.edits, 1)} | {_num(r.removals, 1)} |"
         )
     for baseline in c.baselines:
@@ -76,8 +77,9 @@ def markdown(c: Comparison) -> str:
         "",
         "Held-out success: the runs' last evaluation (the final checkpoint), episodes pooled; untrained: each "
         "seed's evaluation before training; held-out games: the games each seed contributed to the interval; "
-        "train success, informative groups (groups whose rewards differ) and prompt tokens: means over the "
-        "steps; scaffold size: after the last step; edits and removals: totals over the run; all averaged "
+        "train success, informative groups (groups whose rewards differ), shown a plan (groups whose view "
+        "held a plan of their task; - for runs logged before pats counted it) and prompt tokens: means over "
+        "the steps; scaffold size: after the last step; edits and removals: totals over the run; all averaged "
         "over seeds.",
         "",
         INTERVALS,
@@ -96,7 +98,7 @@ def csv_text(c: Comparison) -> str:
         "condition", "scaffold_mode", "seeds", "steps", "games", "episodes", "design",
         "heldout", "heldout_lo", "heldout_hi", "with_scaffold", "with_scaffold_lo", "with_scaffold_hi",
         "reliance_gap", "reliance_gap_lo", "reliance_gap_hi", "train_success", "informative_fraction",
-        "prompt_tokens", "scaffold_entries", "scaffold_tokens", "edits", "removals",
+        "plan_fraction", "prompt_tokens", "scaffold_entries", "scaffold_tokens", "edits", "removals",
         "baseline", "minus_baseline", "minus_baseline_lo", "minus_baseline_hi", "minus_baseline_design",
     ])  # fmt: skip
     diffs = {(d.baseline, d.condition): d.difference for d in c.differences}
@@ -112,7 +114,7 @@ def csv_text(c: Comparison) -> str:
                 r.condition, r.scaffold_mode, " ".join(map(str, r.seeds)), r.steps,
                 " ".join(f"{s}:{n}" for s, n in r.games), r.episodes, r.design or "",
                 *three(r.heldout), *three(r.heldout_with_scaffold), *three(gap),
-                r.train_success, r.informative_fraction, r.prompt_tokens, r.scaffold_entries,
+                r.train_success, r.informative_fraction, r.plan_fraction, r.prompt_tokens, r.scaffold_entries,
                 r.scaffold_tokens, r.edits, r.removals, baseline,
                 *three(d.interval if d else None), d.design if d else "",
             ])  # fmt: skip

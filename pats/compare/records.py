@@ -22,6 +22,7 @@ class ConditionRow:
     design: Design | None
     train_success: float
     informative_fraction: float
+    plan_fraction: float  # groups shown a plan of their task (pats.metrics' coverage), mean over steps
     prompt_tokens: float
     scaffold_entries: float
     scaffold_tokens: float

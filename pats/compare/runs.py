@@ -19,6 +19,7 @@ from statistics import fmean
 
 from pats.compare.start import Start, start_of
 from pats.errors import PrerequisiteError
+from pats.host import Hosts, read_hosts
 
 Outcomes = dict[str, tuple[float, ...]]  # game id -> its episodes' successes
 
@@ -37,6 +38,7 @@ class RunRecord:
     heldout_source: str  # "training" (the last eval event) or "pats eval" (report/outcomes_eval.json)
     train_success: float  # mean over the steps done
     informative_fraction: float
+    plan_fraction: float  # groups shown a plan of their task (coverage/plan_fraction), mean over steps
     prompt_tokens: float  # per rollout, mean over steps
     scaffold_entries: float  # after the last step
     scaffold_tokens: float
@@ -51,6 +53,8 @@ class RunRecord:
     # the same prompts: pats.compare.notes.history_notes.
     scaffold_history: tuple[tuple[int, str], ...]
     setup: str
+    hosts: Hosts | None  # the machines it trained on (host.json); None: not recorded (older runs)
+    host_name: str  # the host name a sweep's status.json gives ("" where there is none)
 
 
 CURVES = ("train/success", "train/informative_fraction", "scaffold/tokens")
@@ -65,6 +69,7 @@ def condition_of(name: str, seed: int) -> str:
 def read_run(run_dir: Path) -> RunRecord:
     from pats.engine.run import load_run
     from pats.logging.events import EvalEvent, StepEndEvent, read_events
+    from pats.sweep.record import read_status
 
     spec, _ = load_run(run_dir)
     path = run_dir / "events.jsonl"
@@ -104,6 +109,7 @@ def read_run(run_dir: Path) -> RunRecord:
         heldout_source=source,
         train_success=mean("train/success"),
         informative_fraction=mean("train/informative_fraction"),
+        plan_fraction=mean("coverage/plan_fraction"),
         prompt_tokens=mean("train/prompt_tokens"),
         scaffold_entries=final.get("scaffold/entries", 0.0),
         scaffold_tokens=final.get("scaffold/tokens", 0.0),
@@ -114,6 +120,8 @@ def read_run(run_dir: Path) -> RunRecord:
         start=start_of(spec),
         scaffold_history=_scaffold_history(run_dir),
         setup=json.dumps(spec.model_dump(mode="json", include=SETUP), sort_keys=True),
+        hosts=read_hosts(run_dir),
+        host_name=status.host if (status := read_status(run_dir)) is not None else "",
     )
 
 
@@ -161,3 +169,48 @@ def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
                 "sweep folder (runs/sweeps/<sweep>)"
             )
     return list(dict.fromkeys(found))
+
+
+def unread_cells(paths: Sequence[str | Path]) -> list[str]:
+    """For each sweep folder among `paths`, the cells of its sweep.json that hold no run to compare (a
+    cell that failed before its run existed, one not started), each with why, as one note per folder:
+    such cells would otherwise leave the comparison without a word."""
+    from pats.sweep.manifest import MANIFEST, read_manifest
+
+    notes = []
+    for arg in map(Path, paths):
+        manifest = None if (arg / "spec.yaml").is_file() else read_manifest(arg)
+        if manifest is None:
+            continue
+        why = [
+            f"{c.folder} ({_no_run(arg / c.folder)})"
+            for c in manifest.cells
+            if not (arg / c.folder / "spec.yaml").is_file()
+        ]
+        if why:
+            n = len(why)
+            notes.append(
+                f"{arg / MANIFEST} names {n} cell{'s' if n > 1 else ''} of {len(manifest.cells)} with no run "
+                f"to compare, left out of the table: {'; '.join(why)}. `pats sweep status {arg}` shows "
+                "each cell; rerunning the sweep runs those not finished."
+            )
+    return notes
+
+
+def _no_run(folder: Path) -> str:
+    """Why a sweep cell's folder holds no run, from its status.json."""
+    from pats.sweep.record import read_status
+
+    if not folder.is_dir():
+        return "not started"
+    status = read_status(folder)
+    if status is None:
+        return "no run and no readable status.json in its folder"
+    if status.status == "failed":
+        error = status.error.strip()
+        return f"failed before its run existed: {error.splitlines()[0] if error else 'no error recorded'}"
+    return {
+        "pending": "not started yet",
+        "running": "started, its run not written yet",
+        "interrupted": "interrupted before its run existed",
+    }.get(status.status, f"{status.status}, but its folder holds no run")

@@ -16,7 +16,15 @@ import math
 from collections.abc import Sequence
 from statistics import fmean
 
-from pats.compare.notes import difference_notes, history_notes, intervals_notes, run_notes, seeds_notes
+from pats.compare.hosts import host_notes
+from pats.compare.notes import (
+    difference_notes,
+    history_notes,
+    intervals_notes,
+    run_notes,
+    seeds_notes,
+    with_scaffold_notes,
+)
 from pats.compare.records import BaselineDifference, Comparison, ConditionRow
 from pats.compare.runs import RunRecord
 from pats.compare.untrained import untrained_rows
@@ -62,6 +70,7 @@ def _row(condition: str, runs: list[RunRecord], draws: int) -> ConditionRow:
         design=rate.design if rate else None,
         train_success=_mean([r.train_success for r in runs]),
         informative_fraction=_mean([r.informative_fraction for r in runs]),
+        plan_fraction=_mean([r.plan_fraction for r in runs]),
         prompt_tokens=_mean([r.prompt_tokens for r in runs]),
         scaffold_entries=_mean([r.scaffold_entries for r in runs]),
         scaffold_tokens=_mean([r.scaffold_tokens for r in runs]),
@@ -90,10 +99,14 @@ def pick_baselines(
 
 
 def compare(
-    records: Sequence[RunRecord], baselines: Sequence[str] | None = None, draws: int = DRAWS
+    records: Sequence[RunRecord],
+    baselines: Sequence[str] | None = None,
+    draws: int = DRAWS,
+    unread: Sequence[str] = (),
 ) -> Comparison:
     """The table of `records` grouped by condition, plus the untrained rows, against `baselines` (each
-    condition minus each baseline; None: the one condition without a scaffold, if there is one)."""
+    condition minus each baseline; None: the one condition without a scaffold, if there is one).
+    `unread`: notes on sweep cells with no run to read (pats.compare.runs.unread_cells)."""
     trained = _by_condition(records)
     untrained, untrained_notes = untrained_rows(records, baselines or (), list(trained))
     groups = trained | untrained
@@ -107,13 +120,15 @@ def compare(
             if condition != base and condition not in chosen[:i] and mine and ref:
                 diff = seed_game_difference(mine, ref, draws)
                 differences.append(BaselineDifference(base, condition, diff))
-    notes = [note, *untrained_notes, *seeds_notes(groups, set(untrained))]
+    notes = [note, *untrained_notes, *seeds_notes(groups, set(untrained)), *unread]
     notes += intervals_notes(groups, rows)
     for d in differences:
         notes += difference_notes(
             d.condition, d.baseline, groups[d.condition], groups[d.baseline], d.difference
         )
+    notes += with_scaffold_notes(trained)
     notes += history_notes(trained)
+    notes += host_notes(trained)
     notes += run_notes(trained)
     n = len(differences)
     if n == 1:

@@ -113,6 +113,7 @@ def _at_start(r: RunRecord, name: str) -> RunRecord:
         heldout_source="at start",
         train_success=math.nan,
         informative_fraction=math.nan,
+        plan_fraction=math.nan,
         prompt_tokens=math.nan,
         scaffold_entries=0.0,
         scaffold_tokens=0.0,

@@ -146,21 +146,47 @@ async def _evaluate(
     scaffold_dir = run_dir / "scaffold" if with_scaffold else None
     held = await play_heldout(spec, state, split, first_task, count, spec.eval_batch(), say, scaffold_dir)
     metrics = rollout_metrics(held.bare, "eval")
+    scaffolded = {k: tuple(v) for k, v in task_outcomes(held.scaffolded or ()).items()}
     if held.scaffolded is not None:
         metrics |= rollout_metrics(held.scaffolded, "eval_with_scaffold")
+    else:  # what this evaluation did not play stays as an earlier one of the same checkpoint left it
+        kept = _with_scaffold_before(run_dir, split, state.step)
+        if kept is not None:
+            scaffolded, before = kept
+            metrics |= before
+            say(
+                "kept the with-scaffold results of the earlier `pats eval` of this checkpoint "
+                f"({len(scaffolded)} tasks)"
+            )
     metrics["eval/tasks"] = float(len(held.tasks))
     metrics["eval/checkpoint_step"] = float(state.step)
     (run_dir / "report").mkdir(exist_ok=True)
     write_atomic(eval_path(run_dir, split), json.dumps(metrics, indent=1))
-    scaffolded = task_outcomes(held.scaffolded) if held.scaffolded is not None else {}
     by_game = EvalOutcomes(
         checkpoint_step=state.step,
         split=split,
         outcomes={k: tuple(v) for k, v in task_outcomes(held.bare).items()},
-        outcomes_with_scaffold={k: tuple(v) for k, v in scaffolded.items()},
+        outcomes_with_scaffold=scaffolded,
     )
     write_atomic(outcomes_path(run_dir, split), by_game.model_dump_json(indent=1))
     return metrics
+
+
+def _with_scaffold_before(
+    run_dir: Path, split: str, step: int
+) -> tuple[dict[str, tuple[float, ...]], dict[str, float]] | None:
+    """The with-scaffold outcomes and metrics an earlier `pats eval` of `split` wrote for the checkpoint
+    of `step`; None when there are none (none written, of another checkpoint, or played without it)."""
+    path = outcomes_path(run_dir, split)
+    if not path.is_file():
+        return None
+    before = EvalOutcomes.model_validate_json(path.read_text(encoding="utf-8"))
+    if before.checkpoint_step != step or not before.outcomes_with_scaffold:
+        return None
+    metrics_file = eval_path(run_dir, split)
+    old = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+    kept = {k: float(v) for k, v in old.items() if k.startswith("eval_with_scaffold/")}
+    return dict(before.outcomes_with_scaffold), kept
 
 
 def evaluate_run(
