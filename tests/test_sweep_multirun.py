@@ -68,7 +68,7 @@ def test_the_command_line_replaces_a_sweep_files_grid_key(repo, tmp_path, capsys
     assert "quickstart-lr1e-3-s0:" in capsys.readouterr().out
     assert main(["sweep", str(sweep_file), "trainer.lr=1e-3", "--dry-run"]) == 0  # one value: no grid key
     out = capsys.readouterr().out
-    assert out.startswith("sweep lr: 1 cells") and "quickstart-s0:" in out and "trainer.lr=1e-3" in out
+    assert out.startswith("sweep lr: 1 cell\n") and "quickstart-s0:" in out and "trainer.lr=1e-3" in out
 
 
 def test_pats_validate_reads_a_sweeps_command_line_as_pats_sweep_does(repo, tmp_path, capsys):
