@@ -34,8 +34,9 @@ def python(tmp_path) -> Path:
 def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys):
     code = main(["serve", str(model_dir), "--name", "m", "--port", "8123", "--python", str(python),
                  "--max-model-len", "4096", "--kv-cache-gib", "3", "--dry-run"])  # fmt: skip
-    out = capsys.readouterr().out.splitlines()
-    assert code == 0
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert code == 0 and captured.err == "", "no note: the interpreter is there"
     assert out[:2] == [
         "model string hosted_vllm/m, --api-base http://127.0.0.1:8123/v1 (api_base in a spec):",
         "  pats reviser bench --model hosted_vllm/m --api-base http://127.0.0.1:8123/v1",
@@ -59,7 +60,9 @@ def test_it_becomes_the_server_with_its_environment(model_dir, python, monkeypat
     path, argv, env = ran.pop()
     assert path == str(python) and argv == vllm_command(python, model_dir, "my-model", host="0.0.0.0")
     assert env["HF_HUB_OFFLINE"] == "1" and env["PATH"] == os.environ["PATH"]
-    assert "--api-base http://127.0.0.1:8000/v1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--api-base http://127.0.0.1:8000/v1" in out
+    assert f"starting vLLM: {shlex.join([*(f'{k}={v}' for k, v in vllm_env().items()), *argv])}\n" in out
     assert main(["serve", "Qwen/Qwen2.5-7B-Instruct"]) == 0
     path, argv, env = ran.pop()
     assert argv[argv.index("--model") + 1] == "Qwen/Qwen2.5-7B-Instruct" and "HF_HUB_OFFLINE" not in env
@@ -97,6 +100,19 @@ def test_the_default_is_the_embedded_policys_converted_directory(model_dir, pyth
 def test_what_cannot_run_is_refused(argv, code, says, model_dir, capsys):
     assert main(["serve", str(model_dir), *argv]) == code
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("port", "code"), [("0", 2), ("1", 0), ("65535", 0), ("65536", 2)])
+def test_ports_from_1_to_65535(port, code, model_dir, python, capsys):
+    assert main(["serve", str(model_dir), "--python", str(python), "--port", port, "--dry-run"]) == code
+    assert ("write a port between 1 and 65535" in capsys.readouterr().err) == (code == 2)
+
+
+def test_a_dry_run_says_when_the_interpreter_is_missing_here(model_dir, capsys):
+    assert main(["serve", str(model_dir), "--python", "/no/such/python", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "/no/such/python -m vllm.entrypoints.openai.api_server" in out
+    assert err == "note: no vLLM interpreter at /no/such/python here\n"
 
 
 def test_a_folder_without_config_is_not_a_model(tmp_path, python, capsys):

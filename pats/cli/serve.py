@@ -88,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     command = vllm_command(
         python, model, name, host=args.host, port=args.port, max_model_len=args.max_model_len
     )
-    address = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    address = "127.0.0.1" if args.host == "0.0.0.0" else args.host  # every address: this machine's is one
     base = f"http://{address}:{args.port}/v1"
     env = vllm_env(args.kv_cache_gib, offline=local)
     line = shlex.join([*(f"{k}={v}" for k, v in env.items()), *command])
