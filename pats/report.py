@@ -131,14 +131,14 @@ PLOTS = (
         "coverage.png",
         "Guidance coverage: what each rollout group's view showed",
         (
-            Panel("groups (fraction of the step's groups)", _by_class("fraction", ""), unit_interval=True),
+            Panel("groups (share of the step's)", _by_class("fraction", ""), unit_interval=True),
             Panel(
-                "informative groups (fraction of the class's groups)",
+                "informative (share of the class)",
                 _by_class("informative_fraction", ""),
                 unit_interval=True,
             ),
             Panel(
-                SUCCESS,
+                "train success (fraction won)",
                 (
                     *_by_class("success_with_scaffold", ", with scaffold"),
                     *_by_class("success_without_scaffold", ", probes"),
@@ -146,7 +146,8 @@ PLOTS = (
                 unit_interval=True,
             ),
             Panel(
-                "plan steps shown (mean per group shown a plan)", (Series("coverage/plan_steps", "steps"),)
+                "plan steps (mean, groups shown one)",
+                (Series("coverage/plan_steps", "steps of the plans shown"),),
             ),
         ),
     ),
@@ -294,7 +295,8 @@ def _coverage_table(steps: list[dict]) -> list[str]:
 
     lines = [
         "",
-        "Guidance coverage (pats.metrics): groups by what their view showed; means over the steps",
+        "Guidance coverage (pats.metrics): groups by what their view showed; means over the steps (a "
+        "class's rates over the steps it had groups in)",
         "",
         "| groups | share of groups | informative | train success with scaffold | probes without |",
         "| --- | ---: | ---: | ---: | ---: |",
