@@ -1,11 +1,15 @@
 """What pats/sweep/cluster.py decides without Ray itself (issue 49, item 8): each cell's asks (the
 sweep's own, or a 1/N share of the machine and of what Ray measured), the record and log line of a cell
 whose Ray worker died, which queued cells a signal leaves pending, and the interruption a Ray error
-carries. `run_ray` itself needs a Ray instance (tests/test_sweep_parallel.py); these run in
+carries, and how the collecting loop ends after the user stopped the sweep (a worker ended by the
+stop passed on is interrupted, not failed; after a second signal the cells still running once AT_ONCE_S
+passed are recorded interrupted). `run_ray` itself needs a Ray instance (tests/test_sweep_parallel.py); these run in
 milliseconds, so they can be the mutation runner's tests for these functions."""
 
 from __future__ import annotations
 
+import signal
+import socket
 import time
 
 import pytest
@@ -13,8 +17,21 @@ import pytest
 from pats.errors import RunInterrupted
 from pats.sweep import SweepSpec, cells
 from pats.sweep import cluster as cluster_module
-from pats.sweep.cluster import GIB, Asks, _cancel_queued, _cancelled, _cause, _share, asks_for, worker_died
+from pats.sweep import stop as stop_module
+from pats.sweep.cluster import (
+    GIB,
+    Asks,
+    _cancel_queued,
+    _cancelled,
+    _cause,
+    _collect,
+    _share,
+    _stop_running,
+    asks_for,
+    worker_died,
+)
 from pats.sweep.record import CellStatus, read_status, write_status
+from pats.sweep.stop import DriverSignals
 
 
 def three_cells(repo, tmp_path):
@@ -179,3 +196,77 @@ def test_the_interruption_raised_is_the_cells_own():
     assert _cause(plain) is plain  # raised here, not through Ray
     odd = RayTaskError(ValueError("not an interruption"))
     assert _cause(odd) is odd
+
+
+class ScriptedRay:
+    """What `_collect` uses of Ray: `wait` (the refs in `ready`, one a call, then none), `get` (the
+    result or error given per ref), `cancel`, and `exceptions.TaskCancelledError`."""
+
+    class exceptions:  # noqa: N801 (as Ray names it)
+        class TaskCancelledError(Exception):
+            pass
+
+    def __init__(self, ready: list[str], outcomes: dict):
+        self.ready, self.outcomes, self.cancelled = list(ready), outcomes, []
+
+    def wait(self, refs, num_returns, timeout):
+        if self.ready:
+            return [self.ready.pop(0)], [r for r in refs if r not in self.ready]
+        return [], list(refs)
+
+    def get(self, ref):
+        outcome = self.outcomes[ref]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
+
+
+def test_a_worker_that_ends_after_the_sweep_passed_a_stop_on_is_interrupted_not_failed(repo, tmp_path):
+    """Issue 59, item 2: a second SIGTERM can reach a cell outside its training steps, where it ends
+    its worker: that cell was stopped, not failed."""
+    cell = three_cells(repo, tmp_path)[0]
+    write_status(cell.run_dir, CellStatus(status="running", started=time.time() - 5, host="node-1", pid=42))
+    signals = DriverSignals()
+    signals.received, signals.passed = [signal.SIGTERM, signal.SIGTERM], 2  # both already passed on
+    ray = ScriptedRay(["ref-1"], {"ref-1": RuntimeError("the worker died")})
+    results: dict = {}
+    lines: list[str] = []
+    stopped, signum = _collect(ray, {"ref-1": (1, cell)}, 3, time.time(), signals, lines.append, results)
+    assert (stopped, signum, results, lines) == ([cell.name], None, {}, [])
+    record = read_status(cell.run_dir)
+    assert record is not None and record.status == "interrupted" and record.error == ""
+    assert (cell.run_dir / "log.txt").read_text() == (
+        "--- pats sweep: its Ray worker ended after the sweep passed the stop on: RuntimeError\n"
+    )
+
+
+def test_after_a_second_signal_the_sweep_waits_at_most_at_once_s_then_records_the_cells_still_running(
+    repo, tmp_path, monkeypatch
+):
+    running, queued, _ = three_cells(repo, tmp_path)
+    write_status(
+        running.run_dir, CellStatus(status="running", started=1.0, host=socket.gethostname(), pid=4242)
+    )
+    write_status(queued.run_dir, CellStatus(status="pending"))
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(stop_module.os, "kill", lambda pid, signum: killed.append((pid, signum)))
+    monkeypatch.setattr(cluster_module, "AT_ONCE_S", 0.0)
+    monkeypatch.setattr(cluster_module, "POLL_S", 0.0)
+    signals = DriverSignals()
+    signals.received, signals.passed = [signal.SIGTERM, signal.SIGTERM], 1  # the second not yet passed
+    pending = {"ref-1": (1, running), "ref-2": (2, queued)}
+    lines: list[str] = []
+    stopped, signum = _collect(ScriptedRay([], {}), pending, 3, time.time(), signals, lines.append, {})
+    assert (stopped, signum, killed) == ([], None, [(4242, signal.SIGTERM)])
+    assert lines == ["SIGTERM again: stopping the running cells at once (their steps in flight are lost)"]
+    assert list(pending) == ["ref-1", "ref-2"]  # none came back before the deadline
+    assert _stop_running(pending) == [running.name]
+    record = read_status(running.run_dir)
+    assert record is not None and record.status == "interrupted" and record.ended is not None
+    assert (running.run_dir / "log.txt").read_text() == (
+        "--- pats sweep: stopped with Ray after a second signal, before the cell recorded its stop\n"
+    )
+    assert read_status(queued.run_dir) == CellStatus(status="pending")
