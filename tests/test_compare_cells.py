@@ -141,3 +141,20 @@ def test_the_share_of_groups_shown_a_plan_has_its_column(tmp_path, repo):
 
     by_condition = {r["condition"]: r for r in csv.DictReader(io.StringIO(csv_text(result)))}
     assert float(by_condition["pats"]["plan_fraction"]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        (CellStatus(status="running"), "started, its run not written yet"),
+        (CellStatus(status="interrupted"), "interrupted before its run existed"),
+        (CellStatus(status="failed"), "failed before its run existed: no error recorded"),
+        (CellStatus(status="finished"), "finished, but its folder holds no run"),
+    ],
+)
+def test_each_status_of_a_cell_without_a_run_says_why(tmp_path, status, why):
+    from pats.compare.runs import _no_run
+
+    write_status(tmp_path / "cell", status)
+    assert _no_run(tmp_path / "cell") == why
+    assert _no_run(tmp_path / "gone") == "not started"
