@@ -66,3 +66,15 @@ def test_a_run_without_a_record_reads_as_none_and_a_broken_one_is_refused(tmp_pa
     (tmp_path / HOST_FILE).write_text('{"starts": [{"cpu": "x"}]}')
     with pytest.raises(PrerequisiteError, match="is not a host record this version of pats can read"):
         read_hosts(tmp_path)
+
+
+def test_a_verl_run_records_the_launching_machine_before_verl_starts(tmp_path, monkeypatch):
+    """Under verl the record is the launching machine's, its first step verl's to find (None)."""
+    from pats.backends.verl import launch
+    from pats.engine.run import TRAINERS
+
+    seen = []
+    monkeypatch.setattr(launch, "run_verl", lambda spec, run_dir: seen.append(read_hosts(run_dir)) or run_dir)
+    assert TRAINERS["verl"](None, tmp_path, None) == tmp_path  # the spec is only passed on
+    (hosts,) = seen
+    assert hosts is not None and [(s.machine, s.step) for s in hosts.starts] == [(this_machine(), None)]
