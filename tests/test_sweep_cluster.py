@@ -2,9 +2,9 @@
 sweep's own, or a 1/N share of the machine and of what Ray measured), the record and log line of a cell
 whose Ray worker died, which queued cells a signal leaves pending, and the interruption a Ray error
 carries, and how the collecting loop ends after the user stopped the sweep (a worker ended by the
-stop passed on is interrupted, not failed; after a second signal the cells still running once AT_ONCE_S
-passed are recorded interrupted). `run_ray` itself needs a Ray instance (tests/test_sweep_parallel.py); these run in
-milliseconds, so they can be the mutation runner's tests for these functions."""
+stop passed on is interrupted, not failed; after a second signal the cells still running once
+AT_ONCE_S passed are recorded interrupted). `run_ray` itself needs a Ray instance
+(tests/test_sweep_parallel.py); these run in milliseconds, so they can be the mutation runner's tests for these functions."""
 
 from __future__ import annotations
 
@@ -207,7 +207,8 @@ class ScriptedRay:
             pass
 
     def __init__(self, ready: list[str], outcomes: dict):
-        self.ready, self.outcomes, self.cancelled = list(ready), outcomes, []
+        self.ready, self.outcomes = list(ready), outcomes
+        self.cancelled: list[str] = []
 
     def wait(self, refs, num_returns, timeout):
         if self.ready:

@@ -67,7 +67,7 @@ def test_the_first_signal_goes_to_each_running_cell_here_and_queued_cells_are_ca
     write_status(ended.run_dir, CellStatus(status="interrupted", started=1.0, ended=2.0, pid=4444))
     killed: list[tuple[int, int]] = []
     monkeypatch.setattr(stop_module.os, "kill", lambda pid, signum: killed.append((pid, signum)))
-    ray, lines = FakeRay(), []
+    ray, lines = FakeRay(), list[str]()
     pending = {f"ref-{i}": (i, cell) for i, cell in enumerate((here, elsewhere, queued, ended), 1)}
     pass_on(ray, pending, signal.SIGINT, True, lines.append)
     assert killed == [(4242, signal.SIGTERM)]  # SIGTERM whichever came: Ray's processes block SIGINT
@@ -78,7 +78,7 @@ def test_the_first_signal_goes_to_each_running_cell_here_and_queued_cells_are_ca
     ]
 
     killed.clear()
-    ray, lines = FakeRay(), []
+    ray, lines = FakeRay(), list[str]()
     pass_on(ray, pending, signal.SIGTERM, False, lines.append)  # the second: queued ones were cancelled
     assert killed == [(4242, signal.SIGTERM)] and ray.cancelled == ["ref-2"]
     assert lines == ["SIGTERM again: stopping the running cells at once (their steps in flight are lost)"]
