@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pats.sweep import record
-from pats.sweep.record import STATUS, CellStatus, gone, read_status, running_here, write_status
+from pats.sweep.record import STATUS, CellStatus, gone, pending_after, read_status, running_here, write_status
 
 
 def test_the_record_a_cell_starts_with_and_every_state_it_reaches():
@@ -82,3 +82,22 @@ def test_a_running_record_is_gone_only_where_its_process_on_this_machine_is(monk
 @pytest.mark.parametrize("state", ["pending", "finished", "failed", "interrupted"])
 def test_only_a_running_record_can_be_gone(state):
     assert gone(CellStatus(status=state, host=socket.gethostname(), pid=2**22 + 1)) is False
+
+
+def test_each_record_carries_the_attempts_and_the_time_of_those_that_ended():
+    """Issue 59, item 5: the status time counted the last attempt only."""
+    first = running_here()
+    assert (first.attempts, first.earlier_s, first.total_seconds is not None) == (1, 0.0, True)
+    assert pending_after(None) == CellStatus(status="pending")
+    ended = first.model_copy(update={"status": "interrupted", "started": 100.0, "ended": 160.0})
+    waiting = pending_after(ended)
+    assert waiting == CellStatus(status="pending", attempts=1, earlier_s=60.0)
+    assert (waiting.seconds, waiting.total_seconds) == (None, 60.0)  # between attempts: the time so far
+    second = running_here(waiting)
+    assert (second.attempts, second.earlier_s) == (2, 60.0)
+    done = second.model_copy(update={"status": "finished", "started": 200.0, "ended": 230.5})
+    assert done.total_seconds == 90.5
+    killed = second.model_copy(update={"started": 200.0, "ended": None})  # its process gone, no end
+    assert pending_after(killed) == CellStatus(status="pending", attempts=2, earlier_s=60.0)
+    assert CellStatus(status="pending").total_seconds is None
+    assert running_here(CellStatus(status="pending", attempts=3, earlier_s=5.0)).attempts == 4

@@ -59,8 +59,8 @@ class CellStatus(Record):
     def carried(self) -> dict[str, Any]:
         """What the cell's next record keeps of this one: its attempts so far and their time (an
         attempt whose end was not recorded, its process killed, counts without its time)."""
-        ended = self.seconds if self.started is not None and self.ended is not None else 0.0
-        return {"attempts": self.attempts, "earlier_s": self.earlier_s + (ended or 0.0)}
+        ran = self.ended - self.started if self.started is not None and self.ended is not None else 0.0
+        return {"attempts": self.attempts, "earlier_s": self.earlier_s + ran}
 
 
 def read_status(run_dir: Path) -> CellStatus | None:
