@@ -321,6 +321,7 @@ class ScaffoldView(Record):
     text: str  # "" renders a prompt byte-identical to the plain one
     entry_ids: tuple[str, ...] = ()
     tokens: int = 0
+    cut_steps: int = 0  # plan steps left out to fit the view's token budget (the cut is said in the text)
 
     @property
     def empty(self) -> bool:

@@ -13,7 +13,8 @@ from pats.engine.run import make_env_factory
 from pats.episode import Act, Episode
 from pats.errors import SpecError
 from pats.scaffold import place
-from pats.scaffold.render import HEADER, plan_steps, show_plans, steps_done
+from pats.scaffold.plans import changes_nothing, steps_done
+from pats.scaffold.render import HEADER, PLAN_DONE_LINE, plan_steps, show_plans
 from pats.spec import load_spec
 from pats.types import EMPTY_VIEW, ScaffoldView
 
@@ -38,11 +39,12 @@ def test_progress_marks_the_steps_taken_and_names_the_next():
         shown.split("\n")[:2] + shown.split("\n")[3:] == VIEW_TEXT.split("\n")[:2] + VIEW_TEXT.split("\n")[3:]
     )
     nothing = show_plans(VIEW_TEXT, [], "progress").split("\n")[2]
-    assert nothing == PLAN.replace("look around", "look around [next]")
+    assert nothing == PLAN.replace("take apple", "take apple [next]"), "'look around' changes nothing"
 
 
 def test_next_is_one_line_with_the_exact_next_step():
-    assert show_plans(VIEW_TEXT, [], "next") == "Next action: look around"
+    assert show_plans(VIEW_TEXT, [], "next") == "Next action: take apple"  # not 'look around'
+    assert show_plans(VIEW_TEXT, ["look around"], "next") == "Next action: take apple"
     assert show_plans(VIEW_TEXT, ["look around", "take apple"], "next") == "Next action: put apple in fridge"
 
 
@@ -57,14 +59,19 @@ def test_a_step_taken_out_of_order_is_done_and_never_named_next():
     assert steps_done(["go east", "go west", "go east"], ["Go  East", "go west"]) == [True, True, False]
 
 
-def test_when_every_step_is_done_next_shows_the_rest_of_the_view():
-    taken = ["look around", "take apple", "put apple in fridge", "take pear", "put pear in box"]
+def test_when_every_step_is_done_next_says_so_above_the_rest_of_the_view():
+    taken = ["take apple", "put apple in fridge", "take pear", "put pear in box"]  # 'look around' never
     assert (
         show_plans(VIEW_TEXT, taken, "next")
-        == f"{HEADER}\nAll tasks:\n- Look first.\n- Avoid: eating things."
+        == f"{PLAN_DONE_LINE}\n{HEADER}\nAll tasks:\n- Look first.\n- Avoid: eating things."
     )
     only_plan = f"{HEADER}\nThis task:\n{PLAN}"
-    assert show_plans(only_plan, taken, "next") == ""
+    assert show_plans(only_plan, taken, "next") == PLAN_DONE_LINE
+    assert (
+        changes_nothing("look around")
+        and changes_nothing("examine fridge")
+        and not changes_nothing("take pear")
+    )
     assert "[next]" not in show_plans(VIEW_TEXT, taken, "progress")
 
 
@@ -82,7 +89,7 @@ def test_plans_that_are_not_step_lists_are_shown_as_written():
 
 def test_progress_needs_the_turn_placement():
     view = ScaffoldView(version="v", text=VIEW_TEXT, tokens=40)
-    assert place(view, "turn", "next", ["look around"]) == (EMPTY_VIEW, "Next action: take apple")
+    assert place(view, "turn", "next", ["take apple"]) == (EMPTY_VIEW, "Next action: put apple in fridge")
     assert place(view, "system", "static", ["look around"]) == (view, "")
     with pytest.raises(ValueError, match="placement 'turn'"):
         place(view, "system", "progress")
@@ -145,13 +152,16 @@ def test_the_local_backend_names_each_next_step_as_the_episode_takes_them(game):
     text = f"{HEADER}\nThis task:\n- Plan: Steps to try: {' -> '.join(plan)}"
     users = turns_shown(game, "next", text, invalid_first=True)
     assert users[0].split("\n\n")[-2] == users[1].split("\n\n")[-2], "an invalid turn takes no step"
+    assert changes_nothing(plan[0]), "twc's gold path opens with 'look around', a step that changes nothing"
     for k, user in enumerate(users[1:]):
         blocks = user.split("\n\n")
-        assert blocks[-2] == f"Next action: {plan[k]}" and blocks[-1].startswith("Admissible actions:")
+        upcoming = next(s for s in plan[k:] if not changes_nothing(s))  # never 'look around'
+        assert blocks[-2] == f"Next action: {upcoming}" and blocks[-1].startswith("Admissible actions:")
         assert HEADER not in user
     progress = turns_shown(game, "progress", text)
     for k, user in enumerate(progress):
-        assert user.count("[done]") == k and f"{plan[k]} [next]" in user and HEADER in user
+        upcoming = next(s for s in plan[k:] if not changes_nothing(s))
+        assert user.count("[done]") == k and f"{upcoming} [next]" in user and HEADER in user
 
 
 def test_without_a_scaffold_every_plan_view_gives_the_bare_prompt(game):

@@ -107,6 +107,7 @@ def test_a_named_target_is_another_admissible_untaken_action_that_only_the_line_
     from bench.studies.sensitivity import Probe
     from pats.backends.local.reliance import expert_pairs
     from pats.episode import Episode
+    from pats.scaffold.plans import changes_nothing
     from pats.warm_start import necessary_targets
 
     spec = reading_gap.gap_spec("twc", 600, 1, None, (f"policy.model={tiny_model_dir}",))
@@ -122,7 +123,12 @@ def test_a_named_target_is_another_admissible_untaken_action_that_only_the_line_
                 p, plan = pairs[i], probe.plans[pairs[i].task.id]
                 assert target in p.state.admissible and target != p.action and target not in dict(p.history)
                 view = reading_gap.swapped_view(probe, p.task, plan, len(p.history), target)
-                for v, named in ((view, target), (views[0], p.action)):
+                # The line names no step that changes nothing (look around, inventory, examine): at such
+                # a decision the expert's line names the next step that moves the game, and a swapped
+                # line naming such a target is one measure() drops.
+                expert_next = next(s for s in plan[len(p.history) :] if not changes_nothing(s))
+                lines = [(view, target)] if not changes_nothing(target) else []
+                for v, named in (*lines, (views[0], expert_next)):
                     ep = Episode("t", p.task, v, state=p.state, history=list(p.history))
                     assert (
                         f"Next action: {named}\n"

@@ -22,15 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # FailureEvent and the mode names live with the card records in pats.types: FailureData holds them.
+from pats.actions import normalize_action
 from pats.types import FAILURE_MODES, FailureEvent, FailureMode, Rollout
 
 EXCERPT_CHARS = 120
 LOOP_LENGTHS = (2, 3)
-
-
-def normalize_action(action: str) -> str:
-    """The form in which two actions count as the same: lower case, single spaces."""
-    return " ".join(action.lower().split())
 
 
 def excerpt(text: str) -> str:

@@ -20,32 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-# The role of an argument by the word that introduces it; the first argument has no preposition.
-ROLES = {"": "<object>", "in": "<place>", "on": "<place>", "in/on": "<place>", "into": "<place>",
-         "from": "<place>", "to": "<place>", "with": "<tool>"}  # fmt: skip
-PREPOSITIONS = tuple(k for k in ROLES if k)
+from pats.actions import ROLES, split_action
+
 DIRECTIONS = frozenset({"north", "south", "east", "west", "up", "down"})
 PARTICLES = frozenset({"around"})  # 'look around': part of the verb, never an object
 NUMBER = re.compile(r"\s+\d+$")
 MAX_PATTERN_ACTIONS = 16
-
-
-def split_action(action: str) -> tuple[str, list[tuple[str, str]]]:
-    """('put', [('', 'black pepper'), ('in', 'shelf')]) for 'put black pepper in shelf'.
-    'go to X' keeps 'go' as the verb and X as a 'to' argument; meta actions have no arguments."""
-    words = action.strip().split()
-    if not words:
-        return "", []
-    verb, rest = words[0].lower(), words[1:]
-    args: list[tuple[str, list[str]]] = [("", [])]
-    for w in rest:
-        if w.lower() in PREPOSITIONS and args[-1][1]:  # a preposition after some argument words
-            args.append((w.lower(), []))
-        elif w.lower() in PREPOSITIONS and not args[-1][1] and args[-1][0] == "":
-            args[-1] = (w.lower(), [])  # 'go to X', 'look around' has no preposition
-        else:
-            args[-1][1].append(w)
-    return verb, [(prep, " ".join(ws)) for prep, ws in args if ws]
 
 
 def argument_key(arg: str) -> str:

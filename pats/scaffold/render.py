@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pats.protocols import TokenCounter
+from pats.scaffold.plans import next_step, steps_done
 from pats.types import EMPTY_VIEW, ScaffoldEntry, ScaffoldVersion, ScaffoldView, Task
 
 HEADER = "Guidance for this task (from training):"
@@ -30,9 +31,13 @@ SECTION_TITLES = {"task": "This task:", "type": "Tasks of this type:", "general"
 KIND_ORDER = {"plan": 0, "skill": 1, "mistake": 2}
 KIND_PREFIX = {"plan": "Plan: ", "skill": "", "mistake": "Avoid: "}
 STEP_SEPARATOR = " -> "  # between a plan's steps ("Steps to try: a -> b -> c", pats.reviser.rules)
-MORE_STEPS = "..."  # a last step that only says the plan was cut (rules.key_actions)
+MORE_STEPS = "..."  # a last step that only says the plan was cut
+CUT_STEPS = "... ({n} more steps cut to fit the view)"  # what a view too small for a whole plan says
+_MORE = re.compile(r"^\.\.\.(?: \((\d+) more steps? cut to fit the view\))?$")  # MORE_STEPS or CUT_STEPS
 DONE_MARK, NEXT_MARK = " [done]", " [next]"  # progress view
 NEXT_LINE = "Next action: {step}"  # next view
+PLAN_DONE_LINE = "Plan done: every step of the plan has been taken."  # next view, after the last step
+PLAN_CUT_LINE = "Next action: not shown (the plan's later steps were cut to fit the view)."
 _LABEL = re.compile(r"^([^:]{1,40}): ")  # "Steps to try: " before a plan's steps
 
 
@@ -71,34 +76,57 @@ def render_view(
     view_tokens: int,
     version: str,
 ) -> ScaffoldView:
-    """The view of `entries` for `task`, at most `view_tokens` tokens; EMPTY_VIEW if nothing applies or fits."""
+    """The view of `entries` for `task`, at most `view_tokens` tokens; EMPTY_VIEW if nothing applies or fits.
+    A step-list plan too long for what is left of the budget is shown with as many of its first steps
+    as fit and CUT_STEPS saying how many were left out (counted in the view's `cut_steps`)."""
     ranked = [(rank, entry) for entry in entries if (rank := scope_rank(entry, task)) is not None]
     # Stable sort: within one scope and kind, entries keep the store's order (oldest first).
     ranked.sort(key=lambda pair: (pair[0], KIND_ORDER[pair[1].kind]))
     chosen: list[tuple[int, ScaffoldEntry]] = []
-    text, tokens = "", 0
+    text, tokens, cut = "", 0, 0
     for pair in ranked:
-        trial = [*chosen, pair]  # still in priority order: `ranked` is sorted
-        trial_text = _render(trial)
-        trial_tokens = count_tokens(trial_text)
-        if trial_tokens <= view_tokens:
-            chosen, text, tokens = trial, trial_text, trial_tokens
+        for trial_entry, left_out in _fitting_forms(pair[1]):
+            trial = [*chosen, (pair[0], trial_entry)]  # still in priority order: `ranked` is sorted
+            trial_text = _render(trial)
+            trial_tokens = count_tokens(trial_text)
+            if trial_tokens <= view_tokens:
+                chosen, text, tokens, cut = trial, trial_text, trial_tokens, cut + left_out
+                break
     if not chosen:
         return EMPTY_VIEW
-    return ScaffoldView(version=version, text=text, entry_ids=tuple(e.id for _, e in chosen), tokens=tokens)
+    ids = tuple(e.id for _, e in chosen)
+    return ScaffoldView(version=version, text=text, entry_ids=ids, tokens=tokens, cut_steps=cut)
+
+
+def _fitting_forms(entry: ScaffoldEntry) -> list[tuple[ScaffoldEntry, int]]:
+    """(the entry as it may be shown, plan steps left out): whole first, then for a step-list plan
+    each shorter prefix (at least one step) with CUT_STEPS, longest first."""
+    plan = plan_steps(entry.text) if entry.kind == "plan" else None
+    forms = [(entry, 0)]
+    if plan is None:
+        return forms
+    for keep in range(len(plan.steps) - 1, 0, -1):
+        left = len(plan.steps) - keep + plan.cut
+        text = plan.label + STEP_SEPARATOR.join([*plan.steps[:keep], CUT_STEPS.format(n=left)])
+        forms.append((entry.model_copy(update={"text": text}), len(plan.steps) - keep))
+    return forms
 
 
 def place(
-    view: ScaffoldView, placement: str, plan_view: str = "static", taken: Sequence[str] = ()
+    view: ScaffoldView,
+    placement: str,
+    plan_view: str = "static",
+    taken: Sequence[str] = (),
+    admissible: Sequence[str] = (),
 ) -> tuple[ScaffoldView, str]:
     """(the view for the system part, the guidance text for the turn) under `scaffold.placement`:
     'system' keeps the whole view in the system part; 'turn' moves its text next to the decision
     (render_prompt's `guidance`, before the admissible actions) and leaves the system part bare, so
     scaffolded rollouts and probes share one system prompt. In the turn, its plans are shown as
-    `plan_view` says given the actions the episode has `taken` (`show_plans`); the system part is the
-    same every turn, so it takes the static view only."""
+    `plan_view` says given the actions the episode has `taken` and the game's `admissible` actions
+    now (`show_plans`); the system part is the same every turn, so it takes the static view only."""
     if placement == "turn":
-        return EMPTY_VIEW, show_plans(view.text, taken, plan_view)
+        return EMPTY_VIEW, show_plans(view.text, taken, plan_view, admissible)
     if plan_view != "static":
         raise ValueError(
             f"plan_view {plan_view} needs placement 'turn' (the system part is fixed per episode)"
@@ -111,8 +139,9 @@ class PlanSteps:
     """A plan entry's text read as steps: "<label>: <step> -> <step> -> ..." (the label optional)."""
 
     label: str  # "Steps to try: ", or "" when the entry has none
-    steps: tuple[str, ...]  # the action strings, without a trailing MORE_STEPS
-    more: bool  # whether the plan ended with MORE_STEPS (cut at the rules reviser's length cap)
+    steps: tuple[str, ...]  # the action strings, without a trailing MORE_STEPS / CUT_STEPS
+    more: bool  # whether the plan ended with MORE_STEPS or CUT_STEPS: its later steps are not shown
+    cut: int = 0  # how many steps CUT_STEPS says were left out (0 for a bare MORE_STEPS)
 
 
 def plan_steps(text: str) -> PlanSteps | None:
@@ -121,34 +150,20 @@ def plan_steps(text: str) -> PlanSteps | None:
     label = _LABEL.match(text)
     head = label.group(0) if label and STEP_SEPARATOR not in label.group(0) else ""
     steps = [s.strip() for s in text[len(head) :].split(STEP_SEPARATOR)]
-    more = steps[-1] == MORE_STEPS
+    more = _MORE.match(steps[-1])
     steps = steps[:-1] if more else steps
-    if len(steps) + more < 2 or not all(steps):
+    if len(steps) + bool(more) < 2 or not all(steps):
         return None
-    return PlanSteps(head, tuple(steps), more)
+    return PlanSteps(head, tuple(steps), more is not None, int(more.group(1) or 0) if more else 0)
 
 
-def steps_done(steps: Sequence[str], taken: Sequence[str]) -> list[bool]:
-    """Which steps the episode has taken: each action taken, in order, marks the earliest step not yet
-    marked whose action string it is (case and spacing aside). A step taken out of order is marked
-    too, so the next step is never one already done (in twc the items may be put away in any order)."""
-    same = [" ".join(s.lower().split()) for s in steps]
-    done = [False] * len(steps)
-    for action in taken:
-        key = " ".join(action.lower().split())
-        for i, step in enumerate(same):
-            if not done[i] and step == key:
-                done[i] = True
-                break
-    return done
-
-
-def show_plans(text: str, taken: Sequence[str], plan_view: str) -> str:
+def show_plans(text: str, taken: Sequence[str], plan_view: str, admissible: Sequence[str] = ()) -> str:
     """A rendered view's text (`render_view`) with its plan entries shown as `plan_view` says, given
-    the actions the episode has taken: static, unchanged (the very same string); progress, each
-    step-list plan with its taken steps marked DONE_MARK and the next one NEXT_MARK; next, only the
-    line NEXT_LINE with the next step of the first plan (most specific first) that has one left, or,
-    when none has, the view without its step-list plans (empty if nothing else is left)."""
+    the actions the episode has taken and those the game accepts now: static, unchanged (the very same
+    string); progress, each step-list plan with its taken steps marked DONE_MARK and the step
+    `plans.next_step` names marked NEXT_MARK; next, only the line NEXT_LINE with that step of the first
+    plan (most specific first) that has one left. Once every plan's steps are taken, PLAN_DONE_LINE
+    (PLAN_CUT_LINE when a plan's later steps were not shown) above the view's other entries."""
     if plan_view == "static" or not text:
         return text
     plan_line = f"- {KIND_PREFIX['plan']}"
@@ -161,22 +176,34 @@ def show_plans(text: str, taken: Sequence[str], plan_view: str) -> str:
                 out.append(line)
                 continue
             done = steps_done(plan.steps, taken)
-            upcoming = done.index(False) if False in done else None
-            shown = [s + (DONE_MARK if d else NEXT_MARK if i == upcoming else "")
-                     for i, (s, d) in enumerate(zip(plan.steps, done, strict=True))]  # fmt: skip
-            out.append(plan_line + plan.label + STEP_SEPARATOR.join(shown + [MORE_STEPS] * plan.more))
+            upcoming = next_step(plan.steps, taken, admissible)
+            marks = [DONE_MARK if d else "" for d in done]
+            if upcoming is not None:  # the first not-done occurrence of the step named next
+                at = next(
+                    i
+                    for i, (s, d) in enumerate(zip(plan.steps, done, strict=True))
+                    if s == upcoming and not d
+                )
+                marks[at] = NEXT_MARK
+            tail = [line[len(plan_line) :].split(STEP_SEPARATOR)[-1].strip()] if plan.more else []
+            shown = [s + m for s, m in zip(plan.steps, marks, strict=True)]
+            out.append(plan_line + plan.label + STEP_SEPARATOR.join(shown + tail))
         return "\n".join(out)
     if plan_view == "next":
-        kept = []
+        kept, plans_cut, had_plan = [], False, False
         for line in lines:
             plan = plan_steps(line[len(plan_line) :]) if line.startswith(plan_line) else None
             if plan is None:
                 kept.append(line)
                 continue
-            done = steps_done(plan.steps, taken)
-            if False in done:
-                return NEXT_LINE.format(step=plan.steps[done.index(False)])
-        return _without_empty_sections(kept)
+            had_plan, plans_cut = True, plans_cut or plan.more
+            step = next_step(plan.steps, taken, admissible)
+            if step is not None:
+                return NEXT_LINE.format(step=step)
+        rest = _without_empty_sections(kept)
+        if not had_plan:
+            return rest
+        return "\n".join(filter(None, [PLAN_CUT_LINE if plans_cut else PLAN_DONE_LINE, rest]))
     raise ValueError(f"unknown plan_view '{plan_view}'; known: static, progress, next")
 
 

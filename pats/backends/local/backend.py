@@ -144,7 +144,9 @@ class LocalBackend:
         says. The one place prompts are rendered: acting, warm-start data and the benchmarks all read
         them here."""
         scaffold = self.spec.scaffold
-        system_view, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
+        system_view, guidance = place(
+            ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken(), admissible or ()
+        )
         parts = render_prompt(
             self.instructions,
             ep.current.task_description,

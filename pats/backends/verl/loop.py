@@ -182,7 +182,9 @@ class PatsAgentLoop(AgentLoopBase):
         scaffold = spec.scaffold
         # The system part is fixed for the episode; guidance in the turn follows the episode's progress
         # under scaffold.plan_view (static: the same text every turn).
-        system_view, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
+        system_view, guidance = place(
+            ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken(), admissible or ()
+        )
         parts = render_prompt(
             self.settings.instructions, state.task_description, (), state.observation, admissible, 0, guidance
         )
@@ -247,7 +249,9 @@ class PatsAgentLoop(AgentLoopBase):
             if ep.done or len(ep.turns) >= spec.environment.max_turns:
                 break
             admissible = None if env.parses_output else (list(state.admissible) or None)
-            _, guidance = place(ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken())
+            _, guidance = place(
+                ep.view, scaffold.placement, scaffold.plan_view, ep.actions_taken(), admissible or ()
+            )
             user = render_prompt("", "", (), state.observation, admissible, 0, guidance).user
             previous = list(messages)
             messages.append({"role": "user", "content": user})
