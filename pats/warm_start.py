@@ -109,17 +109,20 @@ def plan_view(task: Task, plan: Sequence[str], count_tokens, view_tokens: int) -
     return render_view([entry], task, count_tokens, view_tokens, "warm-start")
 
 
+# Decisions past this many steps are never targets: the committed warm starts were built when plans
+# were cut at 16 steps, so their guidance showed no later step (kept so their examples stay the same).
+NECESSARY_WITHIN = 16
+
+
 def necessary_targets(pairs: Sequence, guided: set[str], fraction: float, seed: int) -> dict[int, str]:
     """{index of a pair: its target} for round(fraction x eligible) of the guided tasks' decisions,
     drawn once with the seed. Eligible: a decision within the plan's shown length with an admissible
     action that is neither the expert's nor one the episode has taken; its target is one of those."""
-    from pats.reviser.rules import MAX_PLAN_ACTIONS
-
     eligible = []
     for i, p in enumerate(pairs):
         taken = {action for action, _ in p.history}
         options = sorted(a for a in p.state.admissible if a != p.action and a not in taken)
-        if p.task.id in guided and len(p.history) < MAX_PLAN_ACTIONS and options:
+        if p.task.id in guided and len(p.history) < NECESSARY_WITHIN and options:
             eligible.append((i, options))
     rng = random.Random(seed)
     chosen = sorted(rng.sample(eligible, round(fraction * len(eligible))))

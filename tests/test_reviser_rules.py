@@ -73,7 +73,8 @@ REPEATS = [
 PLAN_T1 = "Steps that worked: take shirt -> open washer -> put shirt in washer"
 REPEAT_MISTAKE = "Do not repeat 'look around': if an action changed nothing, try a different one."
 FAMILY_T1 = (
-    "How twc games were won (1 of 1 won games; <object> and <place> stand for this game's own): "
+    "How twc games were won (the pattern of 1 of 1 games, from 1 won episode; <object> and <place> stand "
+    "for this game's own): "
     "take <object> -> open <object> -> put <object> in <place>"
 )
 
@@ -150,8 +151,8 @@ async def test_type_scoped_guidance_names_no_object_of_a_single_game(valid):
     for text in typed:
         assert not [w for w in one_game if w in text], text
     # Both wins share the pattern, and 'wardrobe', seen in two games, is the family's own word.
-    assert typed[0].endswith("(2 of 2 won games; <object> and <place> stand for this game's own): "
-                             "take <object> -> open wardrobe -> put <object> in wardrobe")  # fmt: skip
+    assert typed[0].endswith("(the pattern of 2 of 2 games, from 2 won episodes; <object> and <place> stand "
+                             "for this game's own): take <object> -> open wardrobe -> put <object> in wardrobe")  # fmt: skip
     assert "take <object> | put <object> in <place>" in typed[1]
     valid(edits, E, cards, [])
 
@@ -198,16 +199,30 @@ async def test_no_near_duplicates_and_no_second_plan():
 
 
 async def test_expert_plan_when_nothing_succeeded(valid):
-    plan = ["go east", "open fridge", "take milk", "go west", "open fridge", "put milk in fridge"]
-    departure = {"rollout_id": "r1", "turn": 1, "expected": "open fridge", "taken": "look around"}
+    """The whole expert plan, however early the policy left it (Stage 1's plans were cut three steps
+    past the departure, in twc the first turn); the skill's label does not call a plan a win."""
+    plan = [
+        "look around",
+        "go east",
+        "open fridge",
+        "take milk",
+        "go west",
+        "open fridge",
+        "put milk in fridge",
+    ]
+    departure = {"rollout_id": "r1", "turn": 0, "expected": "look around", "taken": "inventory"}
     cards = [*REPEATS, card("t2", "expert", {"plan": plan, "first_departure": departure})]
     edits = await RulesReviser(True, 2).revise(3, assess(E), cards, [])
     assert (edits[0].kind, edits[0].scope) == ("skill", "type:twc")  # the expert plan, abstracted
     assert "milk" not in edits[0].text and "put <object> in <place>" in edits[0].text
+    assert edits[0].text.startswith(
+        "How to finish twc games (the pattern of 1 of 1 games, from 1 expert plan;"
+    )
+    assert "won" not in edits[0].text and "look around" not in edits[0].text
     assert edits[1] == AddEdit(
         kind="plan",
         scope="task:t2",
-        text="Steps to try: go east -> open fridge -> take milk -> go west",
+        text="Steps to try: go east -> open fridge -> take milk -> go west -> open fridge -> put milk in fridge",
         cites=("c3-t2-expert", "c3-t2-outcome"),
     )
     assert edits[2].kind == "mistake"

@@ -197,14 +197,13 @@ def test_the_control_warm_start_differs_from_the_reading_one_only_in_name_and_ne
 def test_necessary_targets_are_drawn_from_the_guided_tasks_untaken_other_actions():
     from types import SimpleNamespace as NS
 
-    from pats.reviser.rules import MAX_PLAN_ACTIONS
-    from pats.warm_start import necessary_targets
+    from pats.warm_start import NECESSARY_WITHIN, necessary_targets
 
     def pair(task, history, admissible, action):
         return NS(task=NS(id=task), history=tuple((a, "obs") for a in history),
                   state=NS(admissible=admissible), action=action)  # fmt: skip
 
-    long = [f"go {k}" for k in range(MAX_PLAN_ACTIONS)]
+    long = [f"go {k}" for k in range(NECESSARY_WITHIN)]
     pairs = [
         pair("a", [], ["look", "take x", "open y"], "take x"),
         pair("a", ["take x"], ["take x", "put x"], "put x"),  # only the taken action is left: ineligible

@@ -164,7 +164,7 @@ class Probe:
         found = family_pattern(traces)
         if found is None:
             raise RuntimeError(f"no verified expert plan among {len(self.source_tasks)} source tasks")
-        return family_skill_text(self.spec.environment.game, *found, len(traces))
+        return family_skill_text(self.spec.environment.game, *found, len(traces), won=0, plans=len(traces))
 
     def control_text(self, tokens: int) -> str:
         words = ((CONTROL_TEXT + " ") * 4).split()

@@ -5,13 +5,18 @@ Guidance (EXPAND and REVISE, the type is failing), written so that it can reach 
   the privileged expert card, the expert plans), with each game's own objects replaced by their roles
   (pats.reviser.abstract: "take <object> -> put <object> in <place>"; arguments seen in several
   tasks' actions, such as `coin` or `cookbook`, stay as they are);
-- a task whose group had a success gets a `plan` scoped `task:<id>`: the winning rollout's actions with
-  immediate repeats removed ("Steps that worked: a -> b -> c"); it helps only when that task recurs;
-- tasks with no success and an expert card (privileged) get a plan from the expert plan's prefix
-  (so with the expert card off no plan comes from expert data; `task_plans=False`, the spec's
-  scaffold.task_plans, writes no task plans at all: only guidance that can reach other games);
+- a task whose group had a success gets a `plan` scoped `task:<id>`: the winning rollout's path
+  without its detours (pats.scaffold.plans.plan_of: "Steps that worked: a -> b -> c"); it helps only
+  when that task recurs;
+- tasks with no success and an expert card (privileged) get a plan from the whole expert plan, every
+  step that moves the game (so with the expert card off no plan comes from expert data;
+  `task_plans=False`, the spec's scaffold.task_plans, writes no task plans at all: only guidance that
+  can reach other games);
+- the skill's label counts what it pooled: won episodes apart from expert plans, and "won" only of
+  the policy's own wins;
 - a dominant failure mode over the tasks with no success gives one `mistake` scoped `type:<t>`, its
-  excerpt abstracted the same way, so it names no object of one game.
+  excerpt abstracted the same way, so it names no object of one game; a mistake that warns against
+  an action a plan of the same view prescribes is not written (pats.scaffold.validate refuses it).
 Plans and patterns come from the outcome card's winning actions (or the contrast card's best rollout),
 so the contrast ablation does not silently turn them off.
 Removal (mode pats with removal on; never in EXPAND): DELETE the entries of every scope the judge
@@ -29,7 +34,8 @@ Where it departs from (or fixes what is open in) the published method:
 - It never UPDATEs or merges; COMPRESS withdraws one entry per review (plus what the evidence marks
   redundant), so a solved type loses its guidance gradually and the judge can turn back to REVISE.
 - `general` entries are never deleted by a type's review: other types still see them.
-- Plans are capped at `MAX_PLAN_ACTIONS` actions; existing task plans are left as they are.
+- Plans are never cut here; a view too small for one shows its first steps and says how many it
+  left out (pats.scaffold.render). Existing task plans are left as they are.
 - Failures of kind `env_error` are the environment's, not the policy's, and make no mistake entry.
 - `feedback` is ignored: the rules reviser is correct by construction (it is what the LLM reviser
   falls back to).
@@ -46,7 +52,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
-from pats.scaffold.validate import MODE_BUDGETS, counted_skills, is_near_duplicate, type_entries
+from pats.scaffold.plans import plan_of
+from pats.scaffold.validate import (
+    MODE_BUDGETS,
+    contradictions,
+    counted_skills,
+    is_near_duplicate,
+    seen_by_type,
+    type_entries,
+)
 from pats.spec.models import ScaffoldBudget, ScaffoldSpec
 from pats.types import (
     AddEdit,
@@ -67,7 +81,6 @@ from pats.types import (
     UtilityData,
 )
 
-MAX_PLAN_ACTIONS = 16  # a plan longer than this is cut: its start is what a failing policy misses
 EXCERPT_CHARS = 80
 GUIDANCE_MODES = (ReviewMode.EXPAND, ReviewMode.REVISE)  # the type is failing: add guidance
 REPEAT_COUNT = re.compile(r"\s*\(x\d+\)$")  # the cards' " (x3)" suffix: the lesson is the action
@@ -138,13 +151,19 @@ class RulesReviser:
         withdrawn = {s.scope: s for s in assessment.scopes if s.withdraw} if removes else {}
         edits: list[Edit] = []
         if mode in GUIDANCE_MODES:
-            edits += self._guidance(t, mode, ev, view, set(withdrawn))
+            edits += self._guidance(t, mode, ev, view, set(withdrawn), seen_by_type(entries, t))
         if removes and mode is not ReviewMode.EXPAND:  # EXPAND never deletes (scaffold.validate)
             edits += self._removals(assessment, ev, view, withdrawn)
         return edits
 
     def _guidance(
-        self, t: str, mode: ReviewMode, ev: _Evidence, view: list[ScaffoldEntry], withdrawn: set[str]
+        self,
+        t: str,
+        mode: ReviewMode,
+        ev: _Evidence,
+        view: list[ScaffoldEntry],
+        withdrawn: set[str],
+        seen: list[ScaffoldEntry],
     ) -> list[AddEdit]:
         max_skills, max_mistakes = MODE_BUDGETS[mode].skills, MODE_BUDGETS[mode].mistakes
         assert max_skills is not None and max_mistakes is not None, "GUIDANCE_MODES count their ADDs"
@@ -156,7 +175,7 @@ class RulesReviser:
         if self.task_plans:
             candidates += [self._success_plan(k, ev) for k in by_success]
             candidates += [self._expert_plan(k, ev) for k in open_tasks]
-        mistake = self._mistake(t, ev, view)
+        mistake = self._mistake(t, ev, view, [c for c in candidates if c is not None], seen)
         if mistake is not None:
             candidates.append(mistake)
 
@@ -173,11 +192,16 @@ class RulesReviser:
             same_scope = [e.text for e in view if e.scope == add.scope]
             if any(is_near_duplicate(add.text, x) for x in same_scope + [a.text for a in kept]):
                 continue  # never re-add what is already there: skip instead
+            shown = [(e.id, e.kind, e.scope, e.text) for e in seen] + [
+                ("", a.kind, a.scope, a.text) for a in kept
+            ]
+            if contradictions(add.kind, add.scope, add.text, shown):
+                continue  # a view must not warn against what it prescribes; what came first (plans) stays
             kept.append(add)
         return kept
 
     def _success_plan(self, task_id: str, ev: _Evidence) -> AddEdit | None:
-        actions = key_actions(ev.winning_actions(task_id))
+        actions = key_actions(plan_of(ev.winning_actions(task_id)))
         if not actions or ev.all_passed(task_id):
             return None
         cites = ev.cites(task_id, [ev.card(task_id, "contrast"), ev.card(task_id, "outcome")])
@@ -189,35 +213,45 @@ class RulesReviser:
 
     def _family_skill(self, t: str, ev: _Evidence) -> AddEdit | None:
         """The type's winning pattern with each game's objects replaced by their roles."""
-        won = [(k, ev.winning_actions(k)) for k in ev.task_ids if ev.winning_actions(k)]
-        won += [(k, plan) for k in ev.task_ids if (plan := ev.expert_plan(k))]
-        found = family_pattern(won, ev.vocabulary)
+        won = [(k, plan_of(ev.winning_actions(k))) for k in ev.task_ids if ev.winning_actions(k)]
+        plans = [(k, plan_of(plan)) for k in ev.task_ids if (plan := ev.expert_plan(k))]
+        found = family_pattern(won + plans, ev.vocabulary)
         if found is None:
             return None
         text, shared = found
-        tasks = sorted({k for k, _ in won})
+        tasks = sorted({k for k, _ in won + plans})
         primary = [ev.card(k, kind) for k in tasks for kind in ("outcome", "contrast", "expert")]
         cites = ev.cites(None, primary)
         if cites is None:
             return None
         return AddEdit(
-            kind="skill", scope=f"type:{t}", text=family_skill_text(t, text, shared, len(tasks)), cites=cites
+            kind="skill",
+            scope=f"type:{t}",
+            text=family_skill_text(t, text, shared, len(tasks), won=len(won), plans=len(plans)),
+            cites=cites,
         )
 
     def _expert_plan(self, task_id: str, ev: _Evidence) -> AddEdit | None:
         expert = ev.facts(task_id, ExpertData)
         if expert is None or ev.had_success(task_id):
             return None
-        plan = expert.plan
-        if expert.first_departure is not None:  # up to a few steps past where the policy first left the plan
-            plan = plan[: expert.first_departure.turn + 3]
-        actions = key_actions(plan)
+        actions = key_actions(plan_of(expert.plan))  # the whole path: a new episode starts at its start
         cites = ev.cites(task_id, [ev.card(task_id, "expert"), ev.card(task_id, "outcome")])
         if not actions or cites is None:
             return None
         return AddEdit(kind="plan", scope=f"task:{task_id}", text="Steps to try: " + actions, cites=cites)
 
-    def _mistake(self, t: str, ev: _Evidence, view: list[ScaffoldEntry]) -> AddEdit | None:
+    def _mistake(
+        self,
+        t: str,
+        ev: _Evidence,
+        view: list[ScaffoldEntry],
+        adds: Sequence[AddEdit] = (),
+        seen: Sequence[ScaffoldEntry] = (),
+    ) -> AddEdit | None:
+        """The dominant failure mode's lesson; a mode whose lesson is in the view already, or warns
+        against what an entry the type's prompts show (`seen`) or this review's `adds` prescribe,
+        gives way to the next mode."""
         found = {k: ev.facts(k, FailureData) for k in ev.task_ids if not ev.had_success(k)}
         failures = {k: f for k, f in found.items() if f is not None}
         totals: dict[FailureMode, int] = {}
@@ -233,6 +267,11 @@ class RulesReviser:
             general = abstract_excerpt(failure_mode, excerpt, ev.vocabulary) if excerpt else ""
             text = MISTAKES[failure_mode].format(x=general or failure_mode.replace("_", " "))
             if any(is_near_duplicate(text, x) for x in existing):
+                continue
+            shown = [(e.id, e.kind, e.scope, e.text) for e in seen] + [
+                ("", a.kind, a.scope, a.text) for a in adds
+            ]
+            if contradictions("mistake", f"type:{t}", text, shown):
                 continue
             primary = [ev.card(k, kind) for k in showing for kind in ("failure", "outcome")]
             cites = ev.cites(None, primary)
@@ -330,11 +369,17 @@ class RulesReviser:
                     break  # without a budget to aim for, one entry per review
 
 
-def family_skill_text(task_type: str, pattern: str, shared: int, tasks: int) -> str:
-    """A family pattern as guidance: the roles are named so the policy reads them as placeholders."""
+def family_skill_text(task_type: str, pattern: str, shared: int, tasks: int, *, won: int, plans: int) -> str:
+    """A family pattern as guidance: the roles are named so the policy reads them as placeholders. The
+    label counts what the pattern came from, the policy's `won` episodes apart from expert `plans`,
+    and says "won" only when every trajectory was a win."""
+    sources = [
+        f"{n} {what}{'s' * (n != 1)}" for n, what in ((won, "won episode"), (plans, "expert plan")) if n
+    ]
+    head = f"How {task_type} games were won" if not plans else f"How to finish {task_type} games"
     return (
-        f"How {task_type} games were won ({shared} of {tasks} won games; <object> and <place> stand for "
-        f"this game's own): {pattern}"
+        f"{head} (the pattern of {shared} of {tasks} games, from {' and '.join(sources)}; <object> and <place> "
+        f"stand for this game's own): {pattern}"
     )
 
 
@@ -368,13 +413,13 @@ def _under_budget(entries: Sequence[ScaffoldEntry], budget: ScaffoldBudget) -> b
 
 
 def key_actions(actions: Sequence[str]) -> str:
-    """Actions with blanks and immediate repeats removed, joined by arrows, capped in length."""
+    """Actions with blanks and immediate repeats removed, joined by arrows, every one kept (a view too
+    small for them shows a prefix and says so: pats.scaffold.render)."""
     kept: list[str] = []
     for a in (a.strip() for a in actions):
         if a and (not kept or kept[-1] != a):
             kept.append(a)
-    text = " -> ".join(kept[:MAX_PLAN_ACTIONS])
-    return text + (" -> ..." if len(kept) > MAX_PLAN_ACTIONS else "")
+    return " -> ".join(kept)
 
 
 def _excerpt(failures: Iterable[FailureData]) -> dict[str, str]:

@@ -10,7 +10,9 @@ Two levels, one place for each rule:
   entries and scopes, plus cited cards exist; each edit cites at least `min_citations` distinct cards;
   the mode budgets in `MODE_BUDGETS`; COMPRESS lowers the type's token count; near-duplicates are
   refused; `removal=False` forbids DELETE; `task_plans=False` forbids ADDs at task scope;
-  `add_only=True` (scaffold mode grow) forbids all but ADD. A set it accepts is one the store accepts,
+  `add_only=True` (scaffold mode grow) forbids all but ADD; no entry the set adds or updates warns
+  against an action another entry of the same view prescribes, or prescribes one another warns
+  against (`contradictions`). A set it accepts is one the store accepts,
   so a refused set
   goes back to the reviser (retried once with the errors, then the rules reviser answers) and never
   reaches the store.
@@ -38,6 +40,7 @@ from difflib import SequenceMatcher
 from typing import NamedTuple
 
 from pats.protocols import TokenCounter
+from pats.scaffold.plans import prescribed_actions, warned_actions
 from pats.types import AddEdit, DeleteEdit, EvidenceCard, ReviewMode, ScaffoldEntry, UpdateEdit
 
 AnyEdit = AddEdit | UpdateEdit | DeleteEdit
@@ -86,6 +89,13 @@ def type_entries(
     return [e for e in entries if e.scope in scopes]
 
 
+def seen_by_type(entries: Sequence[ScaffoldEntry], task_type: str) -> list[ScaffoldEntry]:
+    """Entries some prompt of the type can show: general, type:<t>, and every task's own. `entries`
+    are the type's (`ScaffoldStore.entries_for_type`, what a review is handed), so their task-scoped
+    ones are this type's tasks, reviewed this step or not: a type entry shares a view with all of them."""
+    return [e for e in entries if e.scope in ("general", f"type:{task_type}") or e.scope.startswith("task:")]
+
+
 def label(i: int, edit: AnyEdit) -> str:
     if isinstance(edit, AddEdit):
         return f"edit {i} (ADD {edit.kind} {edit.scope})"
@@ -118,6 +128,7 @@ def validate_edits(
     problems += _mode_problems(edits, mode, removal, plans_per_review)
     problems += edit_problems(edits, entries, scopes=scopes)
     problems += _duplicate_problems(edits, entries)
+    problems += _contradiction_problems(edits, seen_by_type(entries, task_type))
     if not task_plans:
         problems += [
             f"{label(i, e)}: scaffold.task_plans is false, so nothing is added at task scope; write guidance "
@@ -357,4 +368,57 @@ def _duplicate_problems(edits: Sequence[AnyEdit], entries: Sequence[ScaffoldEntr
                         f"(similarity {similarity(edit.text, other.text):.2f} >= {NEAR_DUPLICATE}); "
                         "keep one of the two"
                     )
+    return problems
+
+
+def shares_view(scope: str, other: str) -> bool:
+    """Whether one prompt can show entries of both scopes: anything but two different tasks' own."""
+    return not (scope.startswith("task:") and other.startswith("task:") and scope != other)
+
+
+def contradictions(
+    kind: str, scope: str, text: str, others: Iterable[tuple[str, str, str, str]]
+) -> list[str]:
+    """Why an entry (kind, scope, text) contradicts `others` ((name, kind, scope, text) each) that can
+    share its view: an action one warns against and the other prescribes; [] when none does."""
+    warns, prescribes = warned_actions(kind, text), prescribed_actions(kind, text)
+    out = []
+    for name, o_kind, o_scope, o_text in others:
+        if not shares_view(scope, o_scope):
+            continue
+        for action in sorted(warns & prescribed_actions(o_kind, o_text)):
+            out.append(f"it warns against '{action}', which {name} ({o_scope}) prescribes")
+        for action in sorted(prescribes & warned_actions(o_kind, o_text)):
+            out.append(f"it prescribes '{action}', which {name} ({o_scope}) warns against")
+    return out
+
+
+def _contradiction_problems(edits: Sequence[AnyEdit], view: Sequence[ScaffoldEntry]) -> list[str]:
+    """ADDs and UPDATEs that would leave an entry of a view warning against what another prescribes."""
+    deleted = {e.entry_id for e in edits if isinstance(e, DeleteEdit)}
+    updated = {e.entry_id: e.text for e in edits if isinstance(e, UpdateEdit)}
+    after = [
+        (f"entry '{e.id}'", e.kind, e.scope, updated.get(e.id, e.text)) for e in view if e.id not in deleted
+    ]
+    by_id = {e.id: e for e in view}
+    problems = []
+    for i, edit in enumerate(edits):
+        if isinstance(edit, AddEdit):
+            kind, scope = edit.kind, edit.scope
+        elif isinstance(edit, UpdateEdit) and edit.entry_id in by_id:
+            kind, scope = by_id[edit.entry_id].kind, by_id[edit.entry_id].scope
+        else:
+            continue
+        own = f"entry '{edit.entry_id}'" if isinstance(edit, UpdateEdit) else None
+        earlier = [
+            (f"edit {j}'s ADD", e.kind, e.scope, e.text)
+            for j, e in enumerate(edits[:i])
+            if isinstance(e, AddEdit)
+        ]
+        others = [o for o in after if o[0] != own] + earlier
+        for why in contradictions(kind, scope, edit.text, others):
+            problems.append(
+                f"{label(i, edit)}: {why} in the same view; drop one of the two, or DELETE or UPDATE the "
+                "entry in this set so the view says one thing"
+            )
     return problems
