@@ -247,3 +247,16 @@ def test_a_table_cut_short_by_its_reader_ends_quietly(command, repo, tmp_path):
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_an_errors_headline_is_its_first_line_or_a_spec_errors_first_problem():
+    from pats.sweep.words import headline
+
+    assert headline("") == headline("\n  \n") == ""
+    assert headline("boom\nmore") == "boom"
+    assert headline("x.yaml: 1 problem in the spec") == "x.yaml: 1 problem in the spec"  # none listed
+    assert (
+        headline("2 problems in the spec\n  a: one\n  b: two")
+        == "2 problems in the spec: a: one (and 1 more)"
+    )
+    assert headline("1 problem in the spec\n\n  a: one") == "1 problem in the spec: a: one"
