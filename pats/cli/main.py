@@ -442,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="the folder to write them to (default schemas/)")
     p.set_defaults(func=cmd_schema)
 
+    from pats.cli.bank import add_bank_parser
     from pats.cli.compile_reviser import add_compile_parser
     from pats.cli.reviser import add_reviser_parser
     from pats.cli.serve import add_serve_parser
@@ -450,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pats.data.command import add_data_parser
 
     add_data_parser(sub)
+    add_bank_parser(sub)
     add_compile_parser(sub)
     add_reviser_parser(sub)
     add_serve_parser(sub)
