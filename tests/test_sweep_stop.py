@@ -10,12 +10,13 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 from pats.errors import RunInterrupted
 from pats.sweep import SweepSpec, cells
 from pats.sweep import stop as stop_module
 from pats.sweep.record import CellStatus, write_status
-from pats.sweep.stop import DriverSignals, interrupted_line, pass_on, sweep_stopped
+from pats.sweep.stop import AT_ONCE_S, DriverSignals, interrupted_line, pass_on, sweep_stopped
 
 
 def four_cells(repo, tmp_path):
@@ -82,6 +83,23 @@ def test_the_first_signal_goes_to_each_running_cell_here_and_queued_cells_are_ca
     pass_on(ray, pending, signal.SIGTERM, False, lines.append)  # the second: queued ones were cancelled
     assert killed == [(4242, signal.SIGTERM)] and ray.cancelled == ["ref-2"]
     assert lines == ["SIGTERM again: stopping the running cells at once (their steps in flight are lost)"]
+
+
+def test_a_record_without_a_pid_is_asked_through_ray_never_sent_to_pid_0(repo, tmp_path, monkeypatch):
+    """os.kill(0, ...) would signal the sweep's own process group; pid 1 is a process like another."""
+    no_pid, first = four_cells(repo, tmp_path)[:2]
+    here = socket.gethostname()
+    write_status(no_pid.run_dir, CellStatus(status="running", started=1.0, host=here, pid=0))
+    write_status(first.run_dir, CellStatus(status="running", started=1.0, host=here, pid=1))
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(stop_module.os, "kill", lambda pid, signum: killed.append((pid, signum)))
+    ray = FakeRay()
+    pass_on(ray, {"ref-1": (1, no_pid), "ref-2": (2, first)}, signal.SIGTERM, True, lambda line: None)
+    assert (killed, ray.cancelled) == ([(1, signal.SIGTERM)], ["ref-1"])
+
+
+def test_the_wait_after_a_second_signal_is_the_one_the_docs_give():
+    assert f"waits at most {AT_ONCE_S:g} s" in (Path(__file__).parents[1] / "docs/ablations.md").read_text()
 
 
 def test_a_cell_whose_process_is_gone_is_passed_over(repo, tmp_path, monkeypatch):

@@ -99,7 +99,7 @@ def interrupted_line(i: int, total: int, cell: Cell, err: RunInterrupted) -> str
     """The line `pats sweep` prints for a cell a signal stopped: the run's own first sentence
     ("stopped at your request after step 2 (checkpointed)"; the rest names `pats run --resume`, while
     the sweep's own message says to rerun the sweep)."""
-    first = str(err).split(". ", 1)[0]
+    first = str(err).partition(". ")[0]
     return f"cell {i}/{total} {cell.name}: interrupted: {first} (log: {cell.run_dir / LOG})"
 
 
