@@ -308,10 +308,39 @@ def test_bundles_of_another_split_say_which_splits_the_folder_holds(tmp_path, ca
         f"error: no bundle in {tmp_path} has a name containing no-such (it holds 3 train bundles): "
         "name a part of one of theirs with --only"
     )
+    assert (
+        main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--only", "no-such", "nor-this"])
+        == 2
+    )
+    assert "has a name containing no-such or nor-this (it holds" in capsys.readouterr().err
+    part = train[0].name.split("-")[0]  # the environment's: a part of some of their names
+    named = sum(part in b.name for b in train)
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--only", part]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path} holds {named} train bundles whose name contains {part} and no heldout ones "
+        "(--split heldout is the default): pass --split train, or --split all"
+    )
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--split", "all"]) == 0
+    assert "3 all bundles from" in capsys.readouterr().out
+
+    heldout = tmp_path / "heldout"
+    save(load(SHIPPED, split="heldout")[:2], heldout)
+    assert main(["reviser", "bench", "--rules", "--bundles", str(heldout), "--split", "train"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {heldout} holds 2 heldout bundles and no train ones (--split train): pass --split heldout, "
+        "or --split all"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["reviser", "bench", "--rules", "--bundles", str(empty)]) == 2
-    assert "no bundles in" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == (
+        f"error: --bundles {empty}: no bundles in {empty}; record some: pats reviser record RUN_DIR --bundles {empty}"
+    )
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path / "no-such")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --bundles {tmp_path / 'no-such'}: not a folder of reviser bundles (record some: pats reviser "
+        "record RUN_DIR)"
+    )
 
 
 def test_an_unknown_provider_is_refused_as_pats_validate_refuses_it(tmp_path, capsys, write):

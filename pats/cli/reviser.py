@@ -328,13 +328,11 @@ def bundles_for(folder: Path, only: list[str], split: str) -> list:
             f"no bundle in {folder} has a name containing {' or '.join(only)} (it holds {holds} bundles): "
             "name a part of one of theirs with --only"
         )
-    held = Counter(b.split for b in named)
-    holds = " and ".join(f"{k} {name}" for name, k in sorted(held.items()))
+    other = "train" if split == "heldout" else "heldout"  # every bundle named is of the other split
     which = f" whose name contains {' or '.join(only)}" if only else ""
-    return_to = " or ".join(f"--split {name}" for name in sorted(held))
     raise UsageError(
-        f"{folder} holds {holds} bundles{which} and no {split} ones (--split {split}"
-        f"{' is the default' if split == 'heldout' else ''}): pass {return_to}, or --split all"
+        f"{folder} holds {len(named)} {other} bundles{which} and no {split} ones (--split {split}"
+        f"{' is the default' if split == 'heldout' else ''}): pass --split {other}, or --split all"
     )
 
 
