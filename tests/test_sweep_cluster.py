@@ -271,3 +271,53 @@ def test_after_a_second_signal_the_sweep_waits_at_most_at_once_s_then_records_th
         "--- pats sweep: stopped with Ray after a second signal, before the cell recorded its stop\n"
     )
     assert read_status(queued.run_dir) == CellStatus(status="pending")
+
+
+def test_the_collecting_loop_reports_each_cell_as_it_ends(repo, tmp_path, monkeypatch):
+    """_collect's branches without a signal: a result (its line), a cell a signal stopped in its worker
+    (its line, the queued cells cancelled, the stop's signal returned), a cancelled queued cell that had
+    started (recorded interrupted, counted stopped) and a worker that died (failed)."""
+    from pats.sweep.cell import CellResult
+
+    ran, stopped_cell, started, died = cells(
+        SweepSpec(
+            name="four",
+            specs=(str(repo / "experiments/quickstart.yaml"),),
+            seeds=(0, 1, 2, 3),
+            root=str(tmp_path),
+            overrides=("logging.wandb=disabled",),
+        )  # fmt: skip
+    )
+    write_status(started.run_dir, CellStatus(status="running", started=time.time(), host="node-1", pid=7))
+    write_status(died.run_dir, CellStatus(status="running", started=time.time() - 3, host="node-1", pid=8))
+    interrupted = RayTaskError(
+        RunInterrupted("stopped at your request after step 1 (checkpointed). More", 15)
+    )
+    ray = ScriptedRay(
+        ["ref-1", "ref-2", "ref-3", "ref-4"],
+        {
+            "ref-1": CellResult(ran.name, "ran", 12.0),
+            "ref-2": interrupted,
+            "ref-3": ScriptedRay.exceptions.TaskCancelledError(),
+            "ref-4": RuntimeError("OOM"),
+        },
+    )
+    pending = {f"ref-{i}": (i, cell) for i, cell in enumerate((ran, stopped_cell, started, died), 1)}
+    results: dict = {}
+    lines: list[str] = []
+    signals = DriverSignals()
+    stopped, signum = _collect(ray, pending, 4, time.time() - 10, signals, lines.append, results)
+    assert (stopped, signum, pending) == ([stopped_cell.name, started.name], 15, {})
+    assert results[1] == CellResult(ran.name, "ran", 12.0)
+    assert results[4].status == "failed" and results[4].error == "its Ray worker died: RuntimeError: OOM"
+    assert sorted(results) == [1, 4]
+    assert lines[:2] == [
+        f"cell 1/4 {ran.name}: ran in 12 s ({ran.run_dir})",
+        f"cell 2/4 {stopped_cell.name}: interrupted: stopped at your request after step 1 (checkpointed) "
+        f"(log: {stopped_cell.run_dir / 'log.txt'})",
+    ]
+    assert lines[2].startswith(f"cell 4/4 {died.name}: FAILED after ") and len(lines) == 3
+    assert lines[2].endswith(f" s: its Ray worker died: RuntimeError: OOM (log: {died.run_dir / 'log.txt'})")
+    record = read_status(started.run_dir)
+    assert record is not None and record.status == "interrupted"
+    assert ray.cancelled == []  # when the cell was stopped, the cells left were running: none cancelled
