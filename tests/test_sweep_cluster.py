@@ -209,8 +209,11 @@ class ScriptedRay:
     def __init__(self, ready: list[str], outcomes: dict):
         self.ready, self.outcomes = list(ready), outcomes
         self.cancelled: list[str] = []
+        self.waits = 0
 
     def wait(self, refs, num_returns, timeout):
+        self.waits += 1  # a loop that does not end (a mutant's) fails the test instead of hanging it
+        assert self.waits < 1000, "the sweep kept waiting for cells that will not come back"
         if self.ready:
             return [self.ready.pop(0)], [r for r in refs if r not in self.ready]
         return [], list(refs)
