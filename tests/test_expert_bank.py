@@ -14,7 +14,8 @@ from pats.types import Task
 
 def test_the_committed_stage2_bank_is_what_the_command_writes(repo, tmp_path):
     out = tmp_path / "bank.json"
-    assert main(["expert-bank", str(repo / "experiments/stage2/none.yaml"), "--out", str(out)]) == 0
+    # Stage 2's pool is Stage 1's (twc train 0-31, 1 location, 2 items): its spec names the same games.
+    assert main(["expert-bank", str(repo / "experiments/stage1/none.yaml"), "--out", str(out)]) == 0
     committed = repo / "experiments/banks/twc_pool_expert_plans.json"
     assert out.read_text() == committed.read_text()
     bank = json.loads(out.read_text())

@@ -10,7 +10,8 @@ from pats.types import Rollout, Turn
 
 
 def rollout(rid: str, task_id: str, won: bool, version: str, scaffolded: bool) -> str:
-    turn = Turn(observation="o", action="look around", output="look around", reward=float(won))
+    # An action that moves the game: a won episode of only 'look around' makes no plan (it changes nothing).
+    turn = Turn(observation="o", action="take apple", output="take apple", reward=float(won))
     return Rollout(
         id=rid, task_id=task_id, scaffolded=scaffolded, scaffold_version=version, turns=(turn,),
         reward=float(won), success=won, truncated=not won,

@@ -32,7 +32,7 @@ def add_bank_parser(sub) -> None:
 
 
 def cmd_expert_bank(args: argparse.Namespace) -> int:
-    from pats.cli.main import _split_args
+    from pats.cli.args import _split_args
     from pats.engine.run import make_env_factory
     from pats.scaffold.expert_bank import expert_bank
     from pats.spec import load_spec

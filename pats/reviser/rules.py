@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeVar
 
 from pats.reviser.abstract import abstract_action, family_pattern, family_vocabulary
-from pats.scaffold.plans import plan_of
+from pats.scaffold.plans import key_actions, plan_of
 from pats.scaffold.validate import (
     MODE_BUDGETS,
     contradictions,
@@ -410,16 +410,6 @@ def shows_harm(utility: Sequence[EvidenceCard]) -> bool:
 def _under_budget(entries: Sequence[ScaffoldEntry], budget: ScaffoldBudget) -> bool:
     """Under budget is what stops the judge asking for PRUNE: both ratios below 1."""
     return len(entries) < budget.max_entries and sum(e.tokens for e in entries) < budget.max_tokens
-
-
-def key_actions(actions: Sequence[str]) -> str:
-    """Actions with blanks and immediate repeats removed, joined by arrows, every one kept (a view too
-    small for them shows a prefix and says so: pats.scaffold.render)."""
-    kept: list[str] = []
-    for a in (a.strip() for a in actions):
-        if a and (not kept or kept[-1] != a):
-            kept.append(a)
-    return " -> ".join(kept)
 
 
 def _excerpt(failures: Iterable[FailureData]) -> dict[str, str]:

@@ -15,8 +15,7 @@ starts from such a bank says so in its spec, and none of it is shown at evaluati
 from __future__ import annotations
 
 from pats.protocols import Env
-from pats.reviser.rules import key_actions
-from pats.scaffold.plans import plan_of
+from pats.scaffold.plans import key_actions, plan_of
 from pats.types import Task
 
 PLAN_LABEL = "Steps to try: "  # the rules reviser's label for a plan from the expert card

@@ -183,3 +183,13 @@ def prescribed_actions(kind: str, text: str) -> set[str]:
     steps = text[start + 2 if start >= 0 else 0 :].split(STEP_ARROW)
     out = {normalize_action(STEP_NOTE.sub("", s)) for s in steps}
     return {s for s in out if s and not s.startswith("...")}
+
+
+def key_actions(actions: Sequence[str]) -> str:
+    """Actions with blanks and immediate repeats removed, joined by arrows, every one kept (a view too
+    small for them shows a prefix and says so: pats.scaffold.render)."""
+    kept: list[str] = []
+    for a in (a.strip() for a in actions):
+        if a and (not kept or kept[-1] != a):
+            kept.append(a)
+    return " -> ".join(kept)
