@@ -315,9 +315,9 @@ def test_bundles_of_another_split_say_which_splits_the_folder_holds(tmp_path, ca
     assert "has a name containing no-such or nor-this (it holds" in capsys.readouterr().err
     part = train[0].name.split("-")[0]  # the environment's: a part of some of their names
     named = sum(part in b.name for b in train)
-    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--only", part]) == 2
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--only", part, "no-such"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"error: {tmp_path} holds {named} train bundles whose name contains {part} and no heldout ones "
+        f"error: {tmp_path} holds {named} train bundles whose name contains {part} or no-such and no heldout ones "
         "(--split heldout is the default): pass --split train, or --split all"
     )
     assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--split", "all"]) == 0
