@@ -18,6 +18,7 @@ from pats.errors import RunInterrupted
 from pats.sweep import SweepSpec, cells
 from pats.sweep import cluster as cluster_module
 from pats.sweep import stop as stop_module
+from pats.sweep.cell import CellResult
 from pats.sweep.cluster import (
     GIB,
     Asks,
@@ -206,7 +207,7 @@ class ScriptedRay:
         class TaskCancelledError(Exception):
             pass
 
-    def __init__(self, ready: list[str], outcomes: dict):
+    def __init__(self, ready: list[str | None], outcomes: dict):
         self.ready, self.outcomes = list(ready), outcomes
         self.cancelled: list[str] = []
         self.waits = 0
@@ -214,9 +215,15 @@ class ScriptedRay:
     def wait(self, refs, num_returns, timeout):
         self.waits += 1  # a loop that does not end (a mutant's) fails the test instead of hanging it
         assert self.waits < 1000, "the sweep kept waiting for cells that will not come back"
-        if self.ready:
-            return [self.ready.pop(0)], [r for r in refs if r not in self.ready]
-        return [], list(refs)
+        done: list[str] = []
+        while self.ready and len(done) < num_returns:  # None in `ready`: nothing ready at that wait
+            ref = self.ready.pop(0)
+            if ref is None:
+                break
+            done.append(ref)
+        if not done:
+            time.sleep(timeout)  # as Ray's wait blocks up to its timeout
+        return done, [r for r in refs if r not in done]
 
     def get(self, ref):
         outcome = self.outcomes[ref]
@@ -235,11 +242,15 @@ def test_a_worker_that_ends_after_the_sweep_passed_a_stop_on_is_interrupted_not_
     write_status(cell.run_dir, CellStatus(status="running", started=time.time() - 5, host="node-1", pid=42))
     signals = DriverSignals()
     signals.received, signals.passed = [signal.SIGTERM, signal.SIGTERM], 2  # both already passed on
-    ray = ScriptedRay(["ref-1"], {"ref-1": RuntimeError("the worker died")})
+    other = three_cells(repo, tmp_path)[1]
+    done = CellResult(other.name, "ran", 2.0)
+    ray = ScriptedRay(["ref-1", "ref-2"], {"ref-1": RuntimeError("the worker died"), "ref-2": done})
     results: dict = {}
     lines: list[str] = []
-    stopped, signum = _collect(ray, {"ref-1": (1, cell)}, 3, time.time(), signals, lines.append, results)
-    assert (stopped, signum, results, lines) == ([cell.name], None, {}, [])
+    pending = {"ref-1": (1, cell), "ref-2": (2, other)}
+    stopped, signum = _collect(ray, pending, 3, time.time(), signals, lines.append, results)
+    assert (stopped, signum, results) == ([cell.name], None, {2: done})  # and the next cell's result
+    assert lines == [f"cell 2/3 {other.name}: ran in 2 s ({other.run_dir})"]
     record = read_status(cell.run_dir)
     assert record is not None and record.status == "interrupted" and record.error == ""
     assert (cell.run_dir / "log.txt").read_text() == (
@@ -257,13 +268,16 @@ def test_after_a_second_signal_the_sweep_waits_at_most_at_once_s_then_records_th
     write_status(queued.run_dir, CellStatus(status="pending"))
     killed: list[tuple[int, int]] = []
     monkeypatch.setattr(stop_module.os, "kill", lambda pid, signum: killed.append((pid, signum)))
-    monkeypatch.setattr(cluster_module, "AT_ONCE_S", 0.0)
-    monkeypatch.setattr(cluster_module, "POLL_S", 0.0)
+    monkeypatch.setattr(cluster_module, "AT_ONCE_S", 0.2)
+    monkeypatch.setattr(cluster_module, "POLL_S", 0.01)
     signals = DriverSignals()
     signals.received, signals.passed = [signal.SIGTERM, signal.SIGTERM], 1  # the second not yet passed
     pending = {"ref-1": (1, running), "ref-2": (2, queued)}
     lines: list[str] = []
-    stopped, signum = _collect(ScriptedRay([], {}), pending, 3, time.time(), signals, lines.append, {})
+    ray = ScriptedRay([], {})  # nothing comes back
+    start = time.monotonic()
+    stopped, signum = _collect(ray, pending, 3, time.time(), signals, lines.append, {})
+    assert time.monotonic() - start >= 0.2  # AT_ONCE_S after the signal was passed on, not at once
     assert (stopped, signum, killed) == ([], None, [(4242, signal.SIGTERM)])
     assert lines == ["SIGTERM again: stopping the running cells at once (their steps in flight are lost)"]
     assert list(pending) == ["ref-1", "ref-2"]  # none came back before the deadline
@@ -280,8 +294,6 @@ def test_the_collecting_loop_reports_each_cell_as_it_ends(repo, tmp_path, monkey
     """_collect's branches without a signal: a result (its line), a cell a signal stopped in its worker
     (its line, the queued cells cancelled, the stop's signal returned), a cancelled queued cell that had
     started (recorded interrupted, counted stopped) and a worker that died (failed)."""
-    from pats.sweep.cell import CellResult
-
     ran, stopped_cell, started, died = cells(
         SweepSpec(
             name="four",
@@ -324,3 +336,26 @@ def test_the_collecting_loop_reports_each_cell_as_it_ends(repo, tmp_path, monkey
     record = read_status(started.run_dir)
     assert record is not None and record.status == "interrupted"
     assert ray.cancelled == []  # when the cell was stopped, the cells left were running: none cancelled
+
+
+def test_after_a_first_signal_the_sweep_waits_for_its_cells_as_long_as_they_take(repo, tmp_path, monkeypatch):
+    """The first signal is passed on and the loop goes on until every cell is back (no deadline: that
+    is the second signal's), through waits that return nothing."""
+    cell = three_cells(repo, tmp_path)[0]
+    write_status(cell.run_dir, CellStatus(status="running", started=1.0, host="node-2", pid=9))
+    monkeypatch.setattr(cluster_module, "AT_ONCE_S", 0.0)
+    monkeypatch.setattr(cluster_module, "POLL_S", 0.0)
+    signals = DriverSignals()
+    signals.received = [signal.SIGINT]
+    stopped_there = RayTaskError(RunInterrupted("stopped at your request after step 2 (checkpointed)", 15))
+    ray = ScriptedRay([None, None, "ref-1"], {"ref-1": stopped_there})
+    lines: list[str] = []
+    pending = {"ref-1": (1, cell)}
+    stopped, signum = _collect(ray, pending, 1, time.time(), signals, lines.append, {})
+    assert (stopped, signum, pending, ray.cancelled) == ([cell.name], 15, {}, ["ref-1"])  # on node-2: Ray
+    assert lines == [
+        "SIGINT: stopping each running cell after its step in flight (it is checkpointed); cells not started "
+        "stay pending; send it again to stop them at once",
+        f"cell 1/1 {cell.name}: interrupted: stopped at your request after step 2 (checkpointed) "
+        f"(log: {cell.run_dir / 'log.txt'})",
+    ]

@@ -136,8 +136,8 @@ def _collect(
     """Each cell's result into `results` as it ends, a line each, until none is pending, or until
     AT_ONCE_S after a second signal. Returns the cells a signal stopped, and the signal of the first."""
     stopped: list[str] = []
-    signum: int | None = None
-    deadline: float | None = None
+    signum: int | None = None  # pragma: no mutate (the annotation is never evaluated)
+    deadline: float | None = None  # pragma: no mutate (likewise)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
         unpassed = signals.unpassed()
