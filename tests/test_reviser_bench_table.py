@@ -82,3 +82,12 @@ def test_a_priced_model_and_a_row_written_before_faults_had_a_kind():
     old = FAULT.model_copy(update={"fault": ""})
     assert line(old, "hosted_vllm/m").endswith("  60.0       - other"), "an unparsed row is a fault"
     assert "USD 0.0000" in table("rules", [OK.model_copy(update=NO_CALL)], None)
+
+
+def test_the_side_by_side_head_keeps_its_columns_with_progress_and_long_labels():
+    from pats.reviser.bench_table import pair_head
+
+    assert pair_head("llm", "rules", 5).splitlines() == [" " * 6 + line for line in SIDE_BY_SIDE[:2]]
+    top, names = pair_head("a" * 100, "b" * 100).splitlines()
+    assert top.index("| A: ") == names.index("| first") and top.index("| B: ") == names.rindex("| first")
+    assert top.endswith(" | B: " + "b" * (names.rindex("| first") - names.index("| first") - 6))
