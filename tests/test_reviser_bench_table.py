@@ -67,7 +67,9 @@ def test_two_revisers_side_by_side():
         side_by_side(("llm", [OK, FAULT], "hosted_vllm/m"), ("rules", rules, None)).splitlines()
         == SIDE_BY_SIDE
     )
-    with pytest.raises(ValueError, match="rows of the same bundles, in the same order"):
+    with pytest.raises(
+        ValueError, match="^side_by_side compares rows of the same bundles, in the same order$"
+    ):
         side_by_side(("llm", [OK, FAULT], "hosted_vllm/m"), ("rules", rules[::-1], None))
 
 
@@ -91,3 +93,11 @@ def test_the_side_by_side_head_keeps_its_columns_with_progress_and_long_labels()
     top, names = pair_head("a" * 100, "b" * 100).splitlines()
     assert top.index("| A: ") == names.index("| first") and top.index("| B: ") == names.rindex("| first")
     assert top.endswith(" | B: " + "b" * (names.rindex("| first") - names.index("| first") - 6))
+
+
+def test_counts_are_said_most_first_then_by_name():
+    from collections import Counter
+
+    from pats.reviser.bench_table import counted
+
+    assert counted(Counter({"b": 1, "a": 1, "c": 2})) == "c x2, a x1, b x1"
