@@ -107,7 +107,7 @@ def test_every_file_of_experiments_fits_its_schema_and_the_experiment_schema(pat
 
 
 def test_there_are_sweep_files_and_the_loader_agrees():
-    assert [p.name for p in SWEEPS] == ["ablations.yaml", "demonstration.yaml", "stage1.yaml"]
+    assert [p.name for p in SWEEPS] == ["ablations.yaml", "demonstration.yaml", "stage1.yaml", "stage2.yaml"]
     for path in SWEEPS:
         load_sweep_file(REPO / path)
 
