@@ -55,6 +55,7 @@ import torch
 
 from pats.errors import PrerequisiteError, SpecError, install_hint
 from pats.fileio import write_atomic
+from pats.scaffold.plans import changes_nothing
 from pats.spec import ExperimentSpec, spec_to_yaml
 from pats.types import EMPTY_VIEW, ScaffoldEntry, ScaffoldView, Task
 
@@ -117,11 +118,21 @@ NECESSARY_WITHIN = 16
 def necessary_targets(pairs: Sequence, guided: set[str], fraction: float, seed: int) -> dict[int, str]:
     """{index of a pair: its target} for round(fraction x eligible) of the guided tasks' decisions,
     drawn once with the seed. Eligible: a decision within the plan's shown length with an admissible
-    action that is neither the expert's nor one the episode has taken; its target is one of those."""
+    action that is no step of the expert's plan, no action the episode has taken, and none that only
+    shows something; its target is one of those. The swapped plan's "Next action" line then names the
+    target: an observation step (look, inventory) is never named (pats.scaffold.plans.next_step), and a
+    target that repeats a plan step would fold into it (key_actions) or be marked done with it."""
+    plans: dict[str, set[str]] = {}
+    for p in pairs:
+        plans.setdefault(p.task.id, set()).add(p.action)
     eligible = []
     for i, p in enumerate(pairs):
         taken = {action for action, _ in p.history}
-        options = sorted(a for a in p.state.admissible if a != p.action and a not in taken)
+        options = sorted(
+            a
+            for a in p.state.admissible
+            if a not in plans[p.task.id] and a not in taken and not changes_nothing(a)
+        )
         if p.task.id in guided and len(p.history) < NECESSARY_WITHIN and options:
             eligible.append((i, options))
     rng = random.Random(seed)
