@@ -31,10 +31,17 @@ def write_spec(tmp_path, scaffold: str = "{probe_fraction: 0.5}") -> str:
     return str(spec)
 
 
+# A won rollout's path moves the game (the rules reviser writes it as a plan; one that only looks around
+# has no plan, pats.scaffold.plans.plan_of, and its review would leave the scaffold empty).
+WON_PATH = ("take red apple", "put red apple in fridge")
+
+
 def rollout(rid: str, task: Task, won: bool, version: str, scaffolded: bool) -> str:
-    turn = Turn(observation="o", action="look around", output="look around", reward=float(won))
+    actions = WON_PATH if won else ("look around",)
+    turns = tuple(Turn(observation="o", action=a, output=a, reward=0.0) for a in actions)
+    turns = (*turns[:-1], turns[-1].model_copy(update={"reward": float(won)}))
     return Rollout(
-        id=rid, task_id=task.id, scaffolded=scaffolded, scaffold_version=version, turns=(turn,),
+        id=rid, task_id=task.id, scaffolded=scaffolded, scaffold_version=version, turns=turns,
         reward=float(won), success=won, truncated=not won,
     ).model_dump_json()  # fmt: skip
 
@@ -94,7 +101,7 @@ async def test_a_restarted_service_serves_the_scaffold_of_verls_checkpoint_step(
         await play(service, step, wins)
         after[step] = await service.state()
     service.events.close()
-    assert after[3].version > after[1].version and after[3].judge != after[1].judge
+    assert after[3].version > after[1].version >= 1 and after[3].judge != after[1].judge  # step 1's has entries
     # verl saved its checkpoint at global step 2 (pats step 1), then the job was preempted during
     # step 3; a new job resumes from that checkpoint and starts a new service.
     (run_dir / TRACKER).parent.mkdir(parents=True)
