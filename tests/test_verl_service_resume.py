@@ -101,7 +101,8 @@ async def test_a_restarted_service_serves_the_scaffold_of_verls_checkpoint_step(
         await play(service, step, wins)
         after[step] = await service.state()
     service.events.close()
-    assert after[3].version > after[1].version >= 1 and after[3].judge != after[1].judge  # step 1's has entries
+    # step 1's scaffold has entries (the pins below carry its version), and step 3's is another
+    assert after[3].version > after[1].version >= 1 and after[3].judge != after[1].judge
     # verl saved its checkpoint at global step 2 (pats step 1), then the job was preempted during
     # step 3; a new job resumes from that checkpoint and starts a new service.
     (run_dir / TRACKER).parent.mkdir(parents=True)
