@@ -69,6 +69,14 @@ def test_cells_without_a_host_record_are_said_so_with_the_host_name_their_status
     ]
 
 
+def test_one_cell_without_a_host_record_or_a_status_is_said_so_alone(tmp_path, repo):
+    hosted(craft(tmp_path, repo, "none-s0", 0, "none", {"g0": [0.0]}), (INTEL, 0))
+    craft(tmp_path, repo, "pats-s0", 0, "pats", {"g0": [0.0]})
+    assert notes_of(tmp_path) == [
+        "Host not recorded for pats-s0 (run before pats wrote host.json): which machine it ran on is not known."
+    ]
+
+
 def test_the_committed_stage1_cells_are_not_guessed_to_share_a_machine(repo):
     """Stage 1's seed 2 ran on two machines (its journal), and every cell's status.json says host 'vm':
     compare says the host was not recorded, for every cell, and claims no machine."""
