@@ -203,7 +203,8 @@ def test_a_cells_time_counts_every_attempt_and_a_spec_error_shows_its_first_prob
     error = "x.yaml: 1 problem in the spec\n  trainer.lr: must be > 0 [override 'trainer.lr=-1']"
     write_status(folder / "spec", CellStatus(status="failed", started=T0, ended=T0 + 2, error=error))
     _run(repo, folder / "first", 0)  # its events file written (the model loaded), nothing logged yet
-    write_status(folder / "first", CellStatus(status="running", started=T0, ended=T0 + 5, host=here, pid=pid))
+    write_status(folder / "first", CellStatus(status="running", started=T0, ended=T0 + 5, host=here, pid=pid,
+                                              attempts=1))  # fmt: skip
     many = "x.yaml: 3 problems in the spec\n  a: one\n  b: two\n  c: three"
     write_status(folder / "many", CellStatus(status="failed", started=T0, ended=T0 + 1, error=many))
     assert status_table(folder).splitlines()[1:] == [
