@@ -73,6 +73,25 @@ def test_the_clusters_gpus_are_checked_against_the_run_with_the_override_to_writ
     assert said.startswith("Ray sees no GPU in this cluster (1 node(s))") and "trainer.backend: local" in said
 
 
+def test_the_gpu_refusals_read_whole_with_each_nodes_count(tmp_path):
+    """Both refusals whole: the count per node listed for several nodes (a node without GPUs among
+    them), and the one for a cluster without any GPU."""
+    two_nodes_of_4 = gpus_config(tmp_path, nnodes=2, per_node=4)
+    assert refusal(two_nodes_of_4, [4.0, 2.0, 0.0]) == (
+        "the Ray cluster has 6 GPU(s) over 3 node(s) (per node: 4, 2, 0) and the run asks for 2 node(s) x 4 "
+        "GPU(s) (the spec's trainer.nnodes x trainer.gpus_per_node), which verl places as 4 GPU(s) on each of "
+        "2 node(s): write the spec override trainer.gpus_per_node=2 (`pats run SPEC trainer.gpus_per_node=2`, "
+        "or `pats export verl SPEC OUT trainer.gpus_per_node=2` for a new bundle; `pats plan SPEC "
+        "trainer.gpus_per_node=2` plans it), or after `bash launch.sh` the verl overrides "
+        "trainer.n_gpus_per_node=2"
+    )
+    assert refusal(two_nodes_of_4, [0.0, 0.0]) == (
+        "Ray sees no GPU in this cluster (2 node(s)) and the run asks for 2 node(s) x 4 GPU(s) (the spec's "
+        "trainer.nnodes x trainer.gpus_per_node): verl trains on NVIDIA GPUs; check `nvidia-smi` and "
+        "CUDA_VISIBLE_DEVICES on the nodes, or on a machine without a GPU use trainer.backend: local"
+    )
+
+
 def test_the_skip_variable_is_refused_with_the_values_it_takes():
     assert preflight.skipped({}) == frozenset() == preflight.skipped({"PATS_SKIP_PREFLIGHT": "0"})
     assert preflight.skipped({"PATS_SKIP_PREFLIGHT": "head"}) == {"head"}

@@ -173,6 +173,25 @@ def test_the_module_command_launch_sh_runs(tmp_path, node, capsys):
     assert preflight.main([*overrides, flash, SDPA]) == 0  # an override after `bash launch.sh` reaches it
 
 
+def test_the_module_command_reads_every_override_after_its_name(tmp_path, node, monkeypatch, capsys):
+    """`python3 -m pats.backends.verl.preflight OVERRIDE...`: the first override counts (here the one
+    that asks for flash-attn, missing on this node), and the module's own name is not an override."""
+    spec = load_spec(twx_verl_spec(tmp_path / "spec.yaml"), ["trainer.rollout_engine=vllm"])
+    paths = {name: f"/bundle/{name}" for name in ("train_files", "val_files", "agent_loops", "spec_path")}
+    overrides = verl_overrides(spec, **paths, run_dir="/run", model_path="/model")
+    monkeypatch.setattr("sys.argv", ["pats/backends/verl/preflight.py", *overrides])
+    assert preflight.main() == 0
+    ok = "preflight: ok (verl 0.9.1, vllm; attention flash_attention_2 (flash_attn imports here))\n"
+    assert capsys.readouterr().out == ok, "the line read whole"
+    node(broken={"flash_attn"})
+    flash = "++actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"
+    monkeypatch.setattr("sys.argv", ["pats/backends/verl/preflight.py", flash, *overrides])
+    assert preflight.main() == PrerequisiteError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("preflight: this node cannot run the verl config:\n  - the actor loads with "), err
+    assert "flash_attn does not import here" in err
+
+
 def test_pats_run_refuses_this_cpu_machine_before_verl_starts(tmp_path, capsys, monkeypatch):
     import torch
 
