@@ -11,14 +11,15 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 from datetime import datetime
 
 import pytest
 
-from pats.errors import PatsError
+from pats.errors import PatsError, RunInterrupted
 from pats.sweep import SweepSpec, cells, run_cell
-from pats.sweep.cell import CellResult, _clear, line, stamp
+from pats.sweep.cell import CellResult, _clear, line, ray_task, stamp
 from pats.sweep.checks import check_cell
 from pats.testing.sweep import scripted_trainers
 
@@ -143,6 +144,41 @@ def test_a_stopped_cell_is_recorded_interrupted_and_the_stop_goes_on(repo, tmp_p
     assert record["status"] == "interrupted"
     assert record["ended"] is not None and record["started"] <= record["ended"]
     assert (cell.run_dir / "log.txt").read_text().startswith(header("starting", cell, record))
+
+
+def test_as_a_ray_task_a_cell_takes_sigterm_as_a_stop_and_gives_the_handler_back(repo, tmp_path, monkeypatch):
+    """ray_task (issue 59, item 2): in the driver's working directory where the node has it, SIGTERM
+    raises KeyboardInterrupt while the cell runs (a stop outside its training steps), which reaches the
+    sweep as RunInterrupted with the cell recorded interrupted, and the handler before it is put back.
+    The handler is called, not the signal sent: a mutant that left SIGTERM's default would end pytest."""
+    cell = one_cell(repo, tmp_path)
+    seen = []
+
+    def stopped(spec, run_dir, state):
+        seen.append(os.getcwd())
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler), handler  # SIG_DFL: the cell fails
+        handler(signal.SIGTERM, None)
+
+    def mine(signum, frame):
+        raise AssertionError("not this handler while the cell runs")
+
+    monkeypatch.chdir(repo)
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with pytest.raises(RunInterrupted) as stop:
+            ray_task(cell, {"local": stopped}, str(tmp_path))
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (str(stop.value), stop.value.signum) == (
+        "stopped at your request outside its training steps; its last checkpoint is kept", signal.SIGTERM
+    )  # fmt: skip
+    assert seen == [str(tmp_path)] and status_of(cell)["status"] == "interrupted"
+
+    again = one_cell(repo, tmp_path / "elsewhere")  # a directory this node lacks: it stays where it is
+    assert ray_task(again, scripted_trainers(), str(tmp_path / "not-here")).status == "ran"
+    assert os.getcwd() == str(tmp_path) and signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_pats_error_fails_the_cell_with_its_message_alone(repo, tmp_path, capfd):
