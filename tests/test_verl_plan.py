@@ -6,6 +6,7 @@ docs/verl.md quote being the plan's, and the spec fields as verl keys."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from pats.backends.verl.plan import (
     RESERVE_GB,
     SOURCES,
     ModelShape,
+    eager,
     layer_activation_bytes,
     lora_params,
     model_shape,
@@ -124,8 +126,39 @@ def test_alfworld_plan_by_hand():
     assert rollout.gb == pytest.approx(0.771857152 + 1.543714304 + 48 + 6.5)
     assert plan.fits and plan.peak.name == "rollout"
     # disk: fp32 weights and Adam's two states = 12 B per parameter, 3 kept
-    assert plan.checkpoint_gb == pytest.approx(1_543_714_304 * 12 / 1e9)
+    assert plan.checkpoint_gb == 1_543_714_304 * 12 / 1e9, "fp32 weights and Adam's two moments, exactly"
     assert plan.checkpoints_on_disk == 3
+
+
+def test_an_untied_head_is_gathered_beside_the_embeddings():
+    """The root unit gathers the input embeddings and, when it is not tied to them, the output head:
+    one more vocab x hidden matrix in bf16."""
+    spec = load_spec(ALFWORLD)
+    tied, untied = (
+        term(phase(plan_verl(spec, replace(QWEN_1_5B, tied=t)), "update"), "gathered weights")
+        for t in (True, False)
+    )
+    assert tied.how == "root unit + 2 layers in bf16"
+    layers = 2 * QWEN_1_5B.layer_params * 2
+    assert (tied.gb, untied.gb) == (
+        (151936 * 1536 * 2 + layers) / 1e9,
+        (2 * 151936 * 1536 * 2 + layers) / 1e9,
+    )
+
+
+def test_a_sampling_temperature_adds_a_copy_of_the_logits():
+    """Below or above 1.0 the logits are divided by the temperature: one more bf16 copy in the update and
+    in the old log-probs, and the term says so; at 1.0 none."""
+    logits = 28672 * 151936 * 2 / 1e9
+    entropy = 3 * 2048 * 151936 * 4 / 1e9
+    for temperature, copies, how in ((1.0, 2, ")"), (0.7, 3, ", temperature copy)")):
+        plan = plan_verl(load_spec(ALFWORLD, [f"policy.temperature={temperature}"]), QWEN_1_5B)
+        update = term(phase(plan, "update"), "logits")
+        assert update.gb == pytest.approx(copies * logits)
+        assert update.how == f"28672 x 151936 x 2 B x {copies} (logits, gradient{how}"
+        assert term(phase(plan, "old log-probs"), "logits").gb == pytest.approx(
+            (copies - 1) * logits + entropy
+        )
 
 
 def test_fused_kernels_and_offload_change_their_terms():
@@ -136,6 +169,10 @@ def test_fused_kernels_and_offload_change_their_terms():
     plan = plan_verl(spec, QWEN_1_5B)
     # 512 tokens' fp32 logits, their softmax and gradient, whatever the pass' length
     assert term(phase(plan, "update"), "logits").gb == pytest.approx(3 * 512 * 151936 * 4 / 1e9)
+    fused = term(phase(plan, "old log-probs"), "logits")  # the old log-probs use the same kernels
+    assert (
+        fused == term(phase(plan, "update"), "logits") and fused.how == "fused: 512 tokens x 151936 x 4 B x 3"
+    )
     rollout = phase(plan, "rollout")
     assert term(rollout, "parameters").gb == 0 and term(rollout, "Adam states").gb == 0
 
@@ -187,6 +224,9 @@ def test_the_plan_names_every_override_it_does_not_read():
     ]
 
 
+POOL = "reserve: vLLM CUDA-graph pool"
+
+
 def test_the_plan_reads_enforce_eager_and_drops_the_cuda_graph_pool():
     def graphs(*overrides: str) -> list[float]:
         spec = load_spec(ALFWORLD, [f"trainer.overrides=[{','.join(overrides)}]"] if overrides else [])
@@ -197,6 +237,8 @@ def test_the_plan_reads_enforce_eager_and_drops_the_cuda_graph_pool():
     assert graphs() == [4.0] * 4 == graphs("actor_rollout_ref.rollout.enforce_eager=False")
     eager = "actor_rollout_ref.rollout.enforce_eager=True"
     assert graphs(eager) == [0.0] * 4 == graphs(f"++{eager.lower()}")
+    pool = term(plan_verl(load_spec(ALFWORLD, [f"trainer.overrides=[{eager}]"]), QWEN_1_5B).phases[0], POOL)
+    assert (pool.how, pool.source) == (f"{eager}: no CUDA graphs", "code"), "says why it is 0"
     assert graphs(eager, "actor_rollout_ref.rollout.enforce_eager=false") == [4.0] * 4, "the last one wins"
     plain, without = (
         plan_verl(load_spec(ALFWORLD, o), QWEN_1_5B) for o in ([], [f"trainer.overrides=[{eager}]"])
@@ -206,6 +248,19 @@ def test_the_plan_reads_enforce_eager_and_drops_the_cuda_graph_pool():
     odd = "actor_rollout_ref.rollout.enforce_eager=1"
     spec = load_spec(ALFWORLD, [f"trainer.overrides=[{odd}]"])
     assert [u.override for u in plan_verl(spec, QWEN_1_5B).unread_overrides] == [odd]
+
+
+def test_enforce_eager_deleted_or_absent_is_verls_default_and_read():
+    """No override of enforce_eager is verl's default (off), not a value the plan cannot read; a deletion
+    (`~key`) after one that turns it on leaves the default too, and neither is named as not read."""
+    assert eager(()) is False
+    on = "actor_rollout_ref.rollout.enforce_eager=True"
+    deleted = "~actor_rollout_ref.rollout.enforce_eager"
+    assert eager((on,)) is True and eager((on, deleted)) is False
+    spec = load_spec(ALFWORLD, [f"trainer.overrides=[{on},'{deleted}']"])
+    plan = plan_verl(spec, QWEN_1_5B)
+    assert plan.unread_overrides == ()
+    assert [term(p, POOL).gb for p in plan.phases] == [4.0] * 4
 
 
 def test_cli_plan_prints_and_refuses(capsys):
@@ -221,7 +276,10 @@ def test_cli_plan_prints_and_refuses(capsys):
 
 def test_cli_plan_refuses_a_local_spec(capsys):
     assert main(["plan", str(REPO / "experiments" / "quickstart.yaml")]) == SpecError.exit_code
-    assert "write trainer.backend: verl" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "error: 1 problem in the spec\n"
+        "  trainer.backend: the memory plan is for verl runs; write trainer.backend: verl\n"
+    ), "the field and the refusal read whole"
 
 
 def test_gb_is_decimal():
