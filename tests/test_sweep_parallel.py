@@ -145,17 +145,19 @@ import functools, sys
 import pats.sweep.run as run
 from pats.cli.main import main
 from pats.testing.sweep import scripted_trainers
-run.run_sweep = functools.partial(run.run_sweep, trainers=scripted_trainers(step_s=float(sys.argv[1])))
-sys.exit(main(sys.argv[2:]))
+trainers = scripted_trainers(step_s=float(sys.argv[1]), hold=sys.argv[2])
+run.run_sweep = functools.partial(run.run_sweep, trainers=trainers)
+sys.exit(main(sys.argv[3:]))
 """  # `pats sweep` itself, its cells trained by the scripted trainer (a real one loads a model)
 
 
-def start_parallel_sweep(repo, tmp_path, step_s: float):
-    """`pats sweep` of quickstart seeds 0-2 with --parallel 2, in its own process (the driver)."""
+def start_parallel_sweep(repo, tmp_path, step_s: float, hold: str = ""):
+    """`pats sweep` of quickstart seeds 0-2 with --parallel 2, in its own process (the driver); with
+    `hold`, its cells' updates after the first wait until that file exists."""
     args = ["sweep", str(repo / "experiments/quickstart.yaml"), "--seeds", "0-2", "--parallel", "2",
             "--name", "stop", "--root", str(tmp_path), *TINY]  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(step_s), *args],
+        [sys.executable, "-c", DRIVER, str(step_s), hold, *args],
         cwd=tmp_path,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
@@ -165,12 +167,16 @@ def start_parallel_sweep(repo, tmp_path, step_s: float):
 
 
 def wait_until_both_checkpointed(proc, folder) -> None:
-    """Until the two running cells each checkpointed step 0 (so each is in a later step's update)."""
+    """Until the two running cells each checkpointed step 0 (so each is in a later step's update); a
+    driver that ends or takes 180 s fails the test with its output (killed first: its cells may be
+    waiting on a hold file, so it would not end by itself)."""
     deadline = time.monotonic() + 180
     while not all(
         (folder / n / "checkpoints" / "latest.json").is_file() for n in ("quickstart-s0", "quickstart-s1")
     ):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(proc.communicate()[0])
         time.sleep(0.1)
 
 
@@ -186,11 +192,14 @@ def test_sigterm_to_a_parallel_sweep_stops_its_cells_after_their_step_and_a_reru
     Now the sweep passes it on: each running cell stops after its step, checkpointed, recorded
     interrupted; the queued one stays pending; the exit code and messages are the serial sweep's."""
     pytest.importorskip("ray")
-    proc = start_parallel_sweep(repo, tmp_path, step_s=1.5)
+    hold = tmp_path / "go-on"  # the cells' step 1 waits for it: neither can finish before the signal
+    proc = start_parallel_sweep(repo, tmp_path, step_s=1.5, hold=str(hold))
     folder = tmp_path / "stop"
     try:
         wait_until_both_checkpointed(proc, folder)
         proc.send_signal(signal.SIGTERM)  # the driver only
+        time.sleep(3.0)  # it passes the stop on to both cells, waiting in step 1 meanwhile
+        hold.touch()
         out = proc.communicate(timeout=120)[0]
     finally:
         if proc.poll() is None:
@@ -199,9 +208,11 @@ def test_sigterm_to_a_parallel_sweep_stops_its_cells_after_their_step_and_a_reru
     assert "[sweep] SIGTERM: stopping each running cell after its step in flight (it is checkpointed)" in out
     assert "*** SIGTERM received" not in out and "Traceback" not in out and "worker died" not in out
     for name in ("quickstart-s0", "quickstart-s1"):
-        (said,) = [
+        said_lines = [
             x for x in out.splitlines() if f"{name}: interrupted: stopped at your request after step " in x
         ]
+        assert len(said_lines) == 1, out
+        said = said_lines[0]
         assert said.startswith("[sweep] cell ") and said.endswith(
             f"(checkpointed) (log: {folder / name / 'log.txt'})"
         )
@@ -228,7 +239,9 @@ def test_sigterm_to_a_parallel_sweep_stops_its_cells_after_their_step_and_a_reru
 @pytest.mark.slow
 def test_a_second_sigterm_to_a_parallel_sweep_stops_its_cells_at_once(repo, tmp_path):
     pytest.importorskip("ray")
-    proc = start_parallel_sweep(repo, tmp_path, step_s=4.0)
+    # step 1 waits for a file never written: neither cell can finish before the signals, however slowly
+    # the machine starts them
+    proc = start_parallel_sweep(repo, tmp_path, step_s=4.0, hold=str(tmp_path / "never"))
     folder = tmp_path / "stop"
     try:
         wait_until_both_checkpointed(proc, folder)
@@ -244,7 +257,7 @@ def test_a_second_sigterm_to_a_parallel_sweep_stops_its_cells_at_once(repo, tmp_
     assert proc.returncode == 143, out
     assert "[sweep] SIGTERM again: stopping the running cells at once (their steps in flight are lost)" in out
     assert "*** SIGTERM received" not in out and "Traceback" not in out
-    assert took < 30, out  # not the cells' next steps (4 s of update each, 3 steps)
+    assert took < 30, out  # not the cells' steps in flight (they wait for ever)
     assert statuses(folder) == {"quickstart-s0": "interrupted", "quickstart-s1": "interrupted",
                                 "quickstart-s2": "pending"}  # fmt: skip
     assert (

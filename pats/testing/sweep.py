@@ -25,18 +25,25 @@ from pats.testing.fakes import FakeEnv, ScriptedBackend, improving_schedule
 class _SlowBackend(ScriptedBackend):
     """A ScriptedBackend whose update takes `step_s` seconds of wall time (a window to kill a run in),
     and with `dies` ends its process at its first update, as a crash or the kernel's OOM killer would;
-    with `stops` sends its own process SIGTERM there, as `kill PID` would."""
+    with `stops` sends its own process SIGTERM there, as `kill PID` would; with `hold` (a file path) every
+    update after the first waits until that file exists, so a test can signal a run mid-step however
+    slowly the machine starts it."""
 
-    def __init__(self, seed: int, step_s: float, dies: bool = False, stops: bool = False):
+    def __init__(self, seed: int, step_s: float, dies: bool = False, stops: bool = False, hold: str = ""):
         super().__init__(improving_schedule(), seed=seed)
         self.step_s = step_s
         self.dies = dies
         self.stops = stops
+        self.hold = hold
+        self.updates = 0
 
     async def update(self, played):
         if self.stops:
             self.stops = False
             os.kill(os.getpid(), signal.SIGTERM)
+        while self.hold and self.updates and not Path(self.hold).exists():
+            time.sleep(0.05)  # short sleeps: a signal's Python handler runs between them
+        self.updates += 1
         time.sleep(self.step_s)  # blocks like a real update, so a signal lands mid-step
         if self.dies:
             os._exit(9)
@@ -44,11 +51,18 @@ class _SlowBackend(ScriptedBackend):
 
 
 def scripted_train(
-    spec: ExperimentSpec, run_dir: Path, state, step_s: float = 0.0, dies: str = "", stops: str = ""
+    spec: ExperimentSpec,
+    run_dir: Path,
+    state,
+    step_s: float = 0.0,
+    dies: str = "",
+    stops: str = "",
+    hold: str = "",
 ) -> Path:
     """`train()` of `spec` with FakeEnv and the scripted policy (a `Trainer` of pats.engine.run); the
     run named `dies` ends its process at its first update, the one named `stops` is sent SIGTERM there
-    (it stops after that step, checkpointed). It prints one line as it starts, with the
+    (it stops after that step, checkpointed); with `hold`, every run's updates after the first wait for
+    that file (`_SlowBackend`). It prints one line as it starts, with the
     threads its spec gives it and the niceness of the process it runs in."""
     threads = getattr(spec.trainer, "threads", None)
     print(f"scripted training of {spec.name} (threads {threads}, niceness {os.nice(0)})", flush=True)
@@ -56,7 +70,7 @@ def scripted_train(
         spec,
         run_dir,
         state,
-        lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies, stops=s.name == stops),
+        lambda s: _SlowBackend(s.seed, step_s, dies=s.name == dies, stops=s.name == stops, hold=hold),
     )
 
 
@@ -78,6 +92,8 @@ def train_on_fakes(
     )
 
 
-def scripted_trainers(step_s: float = 0.0, dies: str = "", stops: str = "") -> Mapping[str, object]:
+def scripted_trainers(
+    step_s: float = 0.0, dies: str = "", stops: str = "", hold: str = ""
+) -> Mapping[str, object]:
     """`TRAINERS` with the local backend trained by `scripted_train`; picklable (Ray tasks take it)."""
-    return {"local": functools.partial(scripted_train, step_s=step_s, dies=dies, stops=stops)}
+    return {"local": functools.partial(scripted_train, step_s=step_s, dies=dies, stops=stops, hold=hold)}
