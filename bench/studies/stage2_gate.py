@@ -69,8 +69,7 @@ async def play_cell(temperature: float, kind: str, args) -> dict:
     """One cell: the pool's games x `samples` episodes, without guidance or with the whole-plan line.
     Played in rounds of one episode a game, each sampled from its own seed (the spec's seed x 100 +
     the round) and saved as it ends (`round_path`), so a stopped cell resumes at its next round."""
-    from bench.studies.sensitivity import Probe, entry
-    from pats.scaffold.plans import key_actions, plan_of
+    from bench.studies.sensitivity import Probe
 
     spec = gate_spec(temperature, args.threads)
     probe = Probe("twc", SimpleNamespace(probe_offset=0, tasks=args.tasks, sources=0, samples=args.samples),
@@ -79,12 +78,7 @@ async def play_cell(temperature: float, kind: str, args) -> dict:
     per_task: dict[str, list[float]] = {t.id: [] for t in probe.probe_tasks}
     views: list = []
     try:
-        entries: dict[str, list] = {t.id: [] for t in probe.probe_tasks}
-        if kind == "line":
-            for t in probe.probe_tasks:
-                plan = await probe.verified_plan(t)
-                text = "Steps to try: " + key_actions(plan_of(plan)) if plan else ""
-                entries[t.id] = [entry("plan", f"task:{t.id}", text, probe.count(text))] if text else []
+        entries = await line_entries(probe) if kind == "line" else {t.id: [] for t in probe.probe_tasks}
         views = probe.views(entries)
         for k in range(args.samples):
             path = round_path(temperature, kind, k)
@@ -113,6 +107,20 @@ async def play_cell(temperature: float, kind: str, args) -> dict:
         "line_examples": sorted({v.text for v in views if v.text})[:2],
         "seconds": round(time.time() - start, 1),
     }
+
+
+async def line_entries(probe) -> dict[str, list]:
+    """task id -> the line's one entry: the game's whole expert plan (`plan_of`), task-scoped; no entry
+    for a game whose expert plan does not win when replayed."""
+    from bench.studies.sensitivity import entry
+    from pats.scaffold.plans import key_actions, plan_of
+
+    entries: dict[str, list] = {}
+    for t in probe.probe_tasks:
+        plan = await probe.verified_plan(t)
+        text = "Steps to try: " + key_actions(plan_of(plan)) if plan else ""
+        entries[t.id] = [entry("plan", f"task:{t.id}", text, probe.count(text))] if text else []
+    return entries
 
 
 def round_path(temperature: float, kind: str, k: int) -> Path:

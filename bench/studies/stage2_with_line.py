@@ -71,8 +71,8 @@ def round_path(name: str, k: int) -> Path:
 async def play(name: str, adapter: Path | None, args) -> dict:
     """One adapter: the 16 games x `samples` episodes with the whole-plan line, in rounds of one
     episode a game, each round saved as it ends."""
-    from bench.studies.sensitivity import Probe, entry
-    from pats.scaffold.plans import key_actions, plan_of
+    from bench.studies.sensitivity import Probe
+    from bench.studies.stage2_gate import line_entries
 
     spec = line_spec(adapter, args.threads)
     probe = Probe("twc", SimpleNamespace(probe_offset=0, tasks=0, sources=0, samples=args.samples), spec=spec)
@@ -80,11 +80,7 @@ async def play(name: str, adapter: Path | None, args) -> dict:
     start = time.time()
     per_task: dict[str, list[float]] = {t.id: [] for t in probe.probe_tasks}
     try:
-        entries: dict[str, list] = {}
-        for t in probe.probe_tasks:
-            plan = await probe.verified_plan(t)
-            text = "Steps to try: " + key_actions(plan_of(plan)) if plan else ""
-            entries[t.id] = [entry("plan", f"task:{t.id}", text, probe.count(text))] if text else []
+        entries = await line_entries(probe)  # the regime gate's line
         views = probe.views(entries)
         for k in range(args.samples):
             path = round_path(name, k)
