@@ -94,7 +94,7 @@ async def play(name: str, adapter: Path | None, args) -> dict:
         await probe.close()
     return {
         "adapter": name,
-        "adapter_path": str(Path(adapter or str(spec.policy.init_adapter)).resolve().relative_to(REPO)),
+        "adapter_path": relative(Path(adapter or str(spec.policy.init_adapter))),
         "spec": str(SPEC.relative_to(REPO)),
         "temperature": spec.policy.temperature,
         "games": [t.id for t in probe.probe_tasks],
@@ -107,6 +107,12 @@ async def play(name: str, adapter: Path | None, args) -> dict:
         "plans_cut": sum(v.cut_steps > 0 for v in views),
         "seconds": round(time.time() - start, 1),
     }
+
+
+def relative(path: Path) -> str:
+    """The path from the checkout's root when it lies under it (unresolved: the grid's folder may be a
+    link into another checkout), else as given."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def pats_commit() -> str:
