@@ -168,3 +168,38 @@ def test_a_view_too_small_for_the_whole_plan_says_what_it_cut():
     assert shown is not None and shown.more and shown.cut == 2 and len(shown.steps) == 3
     # Once the shown steps are taken, the line does not claim the plan is done.
     assert show_plans(cut.text, GAME[:3], "next").startswith("Next action: not shown")
+
+
+def test_every_verb_of_the_grammar_counts_and_each_detour_rule_drops_only_its_own_steps():
+    """Each rule of `without_detours` on the case that tells it from a near miss (found by mutation
+    testing: each assertion fails on a mutant the other tests let through)."""
+    # the short observation verbs and every take/put verb of the grammar
+    assert all(changes_nothing(a) for a in ("l", "i", "x mug 1", "look", "inventory", "examine desk"))
+    assert without_detours(["put apple in fridge", "pick apple", "put apple in basket"]) == [
+        "put apple in basket"
+    ]
+    for verb in ("drop", "place", "insert"):
+        steps = [f"{verb} apple in fridge", "take apple", "put apple in basket"]
+        assert without_detours(steps) == ["put apple in basket"], verb
+    # a take of another object undoes nothing; nor does a take after a step that used the object
+    kept = ["put apple in fridge", "take pear", "put pear in basket"]
+    assert without_detours(kept) == kept
+    kept = ["put apple in fridge", "slice apple", "take apple", "put apple in basket"]
+    assert without_detours(kept) == kept
+    # an open that nothing later needs is dropped, also just before the last step
+    assert without_detours(["take apple", "open drawer", "put apple in fridge"]) == [
+        "take apple", "put apple in fridge"
+    ]  # fmt: skip
+    # ... unless a later take (without a source) may take a new object out of it; taking again an
+    # object taken before the open is no such take
+    again = [
+        "take apple",
+        "put apple in basket",
+        "slice apple",
+        "open drawer",
+        "take apple",
+        "put apple in fridge",
+    ]
+    assert without_detours(again) == [s for s in again if s != "open drawer"]
+    new = ["take pear", "slice apple", "open drawer", "take apple", "put apple in fridge"]
+    assert without_detours(new) == new
