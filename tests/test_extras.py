@@ -87,3 +87,20 @@ def test_search_environments_without_search_extra(without, tmp_path):
     questions.write_bytes(b"PAR1")
     with pytest.raises(PrerequisiteError, match=r"pyarrow.*-e '\.\[search\]'` in a clone of pats"):
         load_questions(questions)
+
+
+def test_check_providers_without_llm_extra_starts_with_the_file_and_every_llm_field(without):
+    """check_providers' refusal read from its start: the spec file when given, then every LLM field
+    joined by "and" (found by pats/llm_check.py's mutation run)."""
+    from pats.llm_check import check_providers, spec_llms
+
+    spec = load_spec(LLM_SPEC)
+    fields = " and ".join(path for path, _ in spec_llms(spec))
+    assert " and " in fields  # the spec calls two LLMs, so the join is read
+    without("litellm")
+    with pytest.raises(PrerequisiteError) as bare:
+        check_providers(spec)
+    assert str(bare.value).startswith(f"{fields}: ")
+    with pytest.raises(PrerequisiteError) as named:
+        check_providers(spec, file="exp.yaml")
+    assert str(named.value).startswith(f"exp.yaml: {fields}: ")

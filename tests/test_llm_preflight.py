@@ -219,3 +219,21 @@ def test_judge_and_reviser_on_one_endpoint_are_asked_once(monkeypatch):
         assert len(server.preflights) == 1 and not server.requests
         preflight(spec("none"))
         assert len(server.preflights) == 1, "mode none reviews nothing, so no LLM is asked"
+
+
+def test_an_unknown_provider_is_told_at_most_three_close_names_or_where_the_list_is():
+    """pats.llm_check.unknown_provider read whole against a given provider list: the three closest of
+    four close names, joined by "or"; case alone is not a known name; with none close, the list's
+    address (issue 59, item 10; found by its mutation run)."""
+    from pats.llm_check import PROVIDERS_URL, unknown_provider
+
+    known = ("vllm", "hosted_vllm", "vllm_x", "vllm2", "vllmy", "openai")
+    assert unknown_provider("vllm/m", known) is None
+    assert unknown_provider("vlm/m", known) == (
+        "unknown LiteLLM provider 'vlm'; did you mean 'vllm' or 'vllmy' or 'vllm2'?"
+    )
+    assert unknown_provider("OPENAI/m", known) == "unknown LiteLLM provider 'OPENAI'; did you mean 'openai'?"
+    assert unknown_provider("zzz/m", known) == (
+        f"unknown LiteLLM provider 'zzz'; write one of LiteLLM's providers ({PROVIDERS_URL})"
+    )
+    assert PROVIDERS_URL == "https://docs.litellm.ai/docs/providers"
