@@ -268,3 +268,17 @@ def test_the_line_printed_for_each_outcome(repo, tmp_path):
     ]  # fmt: skip
     for result, what in cases:
         assert line(2, 5, cell, result) == f"cell 2/5 {name}: {what}"
+
+
+def test_a_new_cell_is_announced_starting_and_a_checkpointed_one_resuming_from_its_next_step(repo, tmp_path):
+    """`starting`, what `pats sweep` prints as a cell starts (issue 59, item 5; found by mutation)."""
+    from pats.engine.run import run_spec
+    from pats.sweep.cell import starting
+
+    cell = one_cell(repo, tmp_path, "trainer.steps=3", "eval.every=3")
+    assert starting(cell) == "starting"
+    run_dir = run_spec(cell.spec, scripted_trainers())
+    (run_dir / "checkpoints" / "latest.json").write_text(
+        (run_dir / "checkpoints" / "step_000001" / "state.json").read_text()
+    )  # as in the resume test: the run stopped after step 1's checkpoint
+    assert starting(cell) == "resuming from step 2"
