@@ -111,7 +111,9 @@ def plan_view(task: Task, plan: Sequence[str], count_tokens, view_tokens: int) -
 
 
 # Decisions past this many steps are never targets: the committed warm starts were built when plans
-# were cut at 16 steps, so their guidance showed no later step (kept so their examples stay the same).
+# were cut at 16 steps, so their guidance showed no later step. Their examples are no longer rebuilt
+# exactly (the line now follows the game's state, and targets skip plan steps and observations since
+# 2026-12-06); the adapters are committed, and the grids load them rather than rebuild them.
 NECESSARY_WITHIN = 16
 
 
