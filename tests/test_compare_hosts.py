@@ -18,7 +18,7 @@ INTEL = Machine(cpu="Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", torch="2.5.
 EPYC = Machine(cpu="AMD EPYC 7B13 64-Core Processor", torch="2.5.1")
 
 
-def hosted(run_dir: Path, *starts: tuple[Machine, int]) -> Path:
+def hosted(run_dir: Path, *starts: tuple[Machine, int | None]) -> Path:
     """`run_dir` with a host.json of these (machine, first step) starts."""
     hosts = Hosts(
         starts=tuple(HostStart(machine=m, hostname="vm", cpus=2, started=0.0, step=s) for m, s in starts)
@@ -86,4 +86,27 @@ def test_the_committed_stage1_cells_are_not_guessed_to_share_a_machine(repo):
     assert [n for n in result.notes if "host" in n.lower() or "machine" in n] == [
         f"Host not recorded for {cells} (run before pats wrote host.json; their status.json names only the "
         "host name (vm), not the machine): which machine each ran on is not known."
+    ]
+
+
+def test_a_start_whose_step_the_trainer_chose_is_named_without_one(tmp_path, repo):
+    """verl's resume records no step (None): the machine is named without '(from step ...)', and a
+    machine a cell came back to is named once, with the step it first trained."""
+    hosted(craft(tmp_path, repo, "none-s0", 0, "none", {"g0": [0.0]}), (INTEL, 0))
+    hosted(craft(tmp_path, repo, "pats-s0", 0, "pats", {"g0": [0.0]}), (INTEL, 3), (EPYC, None), (INTEL, 9))
+    assert notes_of(tmp_path) == [
+        "seed 0: its cells ran on different hardware: none-s0 on Intel(R) Xeon(R) Platinum 8481C CPU @ "
+        "2.70GHz, torch 2.5.1; pats-s0 on Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz, torch 2.5.1 "
+        "(from step 3), then AMD EPYC 7B13 64-Core Processor, torch 2.5.1. Sampling numerics can differ "
+        "between machines, so the seed's conditions did not play exactly alike."
+    ]
+
+
+def test_cells_without_a_host_record_on_two_host_names_name_both(tmp_path, repo):
+    for seed, host in ((0, "vm"), (1, "gpu-box"), (2, "vm")):
+        old = craft(tmp_path, repo, f"pats-s{seed}", seed, "pats", {"g0": [0.0]})
+        write_status(old, CellStatus(status="finished", host=host, pid=1))
+    assert notes_of(tmp_path) == [
+        "Host not recorded for pats-s0, pats-s1, pats-s2 (run before pats wrote host.json; their status.json "
+        "names only the host name (gpu-box, vm), not the machine): which machine each ran on is not known."
     ]
