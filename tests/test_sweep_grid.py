@@ -368,3 +368,33 @@ def test_a_problem_two_specs_share_is_reported_once_naming_where_it_was_set_and_
     assert err.value.issues == [
         SpecIssue("scaffold.probe_fraction", message, f"{base}:4; in the cells of {other}")
     ]
+
+
+def test_a_problem_in_three_cells_names_all_three_and_a_yml_include_is_one_file(repo, tmp_path):
+    """Three cells are named in full (no "and 0 more"), and a `.yml` spec reached through two includes
+    (sub/../base.yml) is one problem, as a `.yaml` one is."""
+    base = tmp_path / "base.yml"
+    base.write_text(f"defaults: [{quickstart(repo)}]\nname: base\nscaffold:\n  probe_fraction: 0.25\n")
+    (tmp_path / "sub").mkdir()
+    specs = [tmp_path / "sub" / f"{name}.yml" for name in ("one", "two")]
+    for spec in specs:
+        spec.write_text(f"defaults: [../base.yml]\nname: {spec.stem}\n")
+    sweep = SweepSpec(name="bad", specs=(str(base), *map(str, specs)), root=str(tmp_path),
+                      overrides=("trainer.group_size=2",))  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        cells(sweep)
+    (issue,) = err.value.issues
+    assert issue.source == f"{base}:4; in the cells of {base}, {specs[0]}, {specs[1]}"
+
+
+def test_a_problem_no_file_names_is_placed_in_its_cells():
+    """A problem the loader could not place in a file or an override is said to be in the cells it was
+    found in (at most three named, then how many more)."""
+    from pats.sweep.grid import _in
+
+    found = SpecIssue("trainer", "a problem")
+    assert _in(found, ["a.yaml x=1", "a.yaml x=2"]) == SpecIssue(
+        "trainer", "a problem", "a.yaml x=1, a.yaml x=2"
+    )
+    four = ["a", "b", "c", "d"]
+    assert _in(found, four) == SpecIssue("trainer", "a problem", "a, b, c and 1 more")
