@@ -213,6 +213,9 @@ def test_pats_eval_says_what_it_plays_and_writes_each_modes_metrics_and_outcomes
     with_scaffold = {k: v for k, v in metrics.items() if k.startswith("eval_with_scaffold")}
     bare = evaluate.evaluate_run(trained, say=lines.append)
     assert {k: v for k, v in bare.items() if k.startswith("eval_with_scaffold")} == with_scaffold
+    played = {k for k in bare if not k.startswith("eval_with_scaffold")}
+    assert played == metrics.keys() - with_scaffold.keys()  # and this evaluation's own, all of them
+    assert json.loads(evaluate.eval_path(trained, "eval").read_text()) == bare
     again = evaluate.EvalOutcomes.model_validate_json(evaluate.outcomes_path(trained, "eval").read_text())
     assert again.outcomes_with_scaffold == record.outcomes_with_scaffold and sorted(again.outcomes) == games
 
