@@ -191,6 +191,59 @@ def test_without_a_token_budget_four_whole_episodes_do_not_fit_and_the_refusal_s
     assert "set trainer.token_budget_per_gpu: 27648" in message
 
 
+def test_each_phases_knob_and_the_old_log_probs_logits_read_whole():
+    """What the refusal tells a user to change, per phase, with and without a token budget and gradient
+    checkpointing (the update names checkpointing only where it is off), and how the old log-probs'
+    logits are counted (from the mutation run of plan.py, issue 59: these texts were read in part)."""
+    knobs = {
+        (): (
+            "lower trainer.token_budget_per_gpu (now 28672; at least 27648), or trainer.fused_kernels: true",
+        )
+        * 2,
+        ("trainer.token_budget_per_gpu=null", "trainer.gradient_checkpointing=false"): (
+            "set trainer.token_budget_per_gpu: 27648 (now 4 whole sequences per pass), or trainer.fused_kernels: "
+            "true, or trainer.gradient_checkpointing: true",
+            "set trainer.token_budget_per_gpu: 27648 (now 4 whole sequences per pass), or trainer.fused_kernels: "
+            "true",
+        ),
+    }
+    for overrides, (update, logprob) in knobs.items():
+        plan = plan_verl(load_spec(ALFWORLD, list(overrides)), QWEN_1_5B)
+        assert (phase(plan, "update").knob, phase(plan, "old log-probs").knob) == (update, logprob)
+        tokens = plan.tokens_per_pass
+        assert term(phase(plan, "old log-probs"), "logits").how == (
+            f"{tokens} x 151936 x 2 B + entropy in 2048-token fp32 chunks"
+        )
+    assert phase(plan, "rollout").knob == (
+        "lower trainer.gpu_memory_utilization (now 0.6), or trainer.param_offload / trainer.optimizer_offload: true"
+    )
+    assert phase(plan, "optimizer step").knob == "more GPUs (trainer.gpus_per_node), or LoRA (policy.lora)"
+
+
+def test_the_old_log_probs_hold_one_layer_and_offloaded_states_are_zero_saying_so():
+    """The old log-probs keep one layer's activations at a time (the 103,424 B per token the update
+    recomputes, no gradients); offloaded parameters and Adam states are 0 GB, "offloaded", where the
+    pass would otherwise hold them; the rollout engine's share says its product; and a checkpoint
+    every 3 of 10 steps keeps 4 when none are dropped (from the mutation run of plan.py, issue 59)."""
+    for offload, adam in (("false", 1_543_714_304 * 8 / 8 / 1e9), ("true", 0.0)):
+        plan = plan_verl(
+            load_spec(ALFWORLD, [f"trainer.optimizer_offload={offload}", f"trainer.param_offload={offload}"]),
+            QWEN_1_5B,
+        )
+        logprob, rollout = phase(plan, "old log-probs"), phase(plan, "rollout")
+        assert (term(logprob, "Adam states").gb, term(rollout, "Adam states").gb) == (adam, adam)
+        assert term(rollout, "parameters").gb == (0.0 if offload == "true" else 1_543_714_304 * 4 / 8 / 1e9)
+    assert {(t.name, t.gb, t.how) for t in (*rollout.terms, *logprob.terms) if t.gb == 0} == {
+        ("parameters", 0.0, "offloaded"),
+        ("Adam states", 0.0, "offloaded"),
+    }
+    layer = term(logprob, "activations")
+    assert (layer.gb, layer.how) == (28672 * 103_424 / 1e9, "one layer at a time, no gradients")
+    assert term(rollout, "rollout engine").how == "gpu_memory_utilization 0.6 x 80 GB"
+    kept = ["trainer.steps=10", "trainer.checkpoint_every=3", "trainer.checkpoints_kept=null"]
+    assert plan_verl(load_spec(ALFWORLD, kept), QWEN_1_5B).checkpoints_on_disk == 4
+
+
 def test_a_budget_below_one_sequence_is_a_spec_error():
     with pytest.raises(SpecError) as err:
         load_spec(ALFWORLD, ["trainer.token_budget_per_gpu=16384"])
