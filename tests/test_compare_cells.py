@@ -117,12 +117,14 @@ def test_a_cell_folder_gone_or_without_a_status_is_named_too(tmp_path, repo):
     rows = [ManifestCell(name=f"a-s{s}", condition="a", seed=s, spec="x.yaml", overrides=(), run_dir=f"a-s{s}")
             for s in (0, 1)]  # fmt: skip
     write_manifest(sweep, "sweep", rows, ())
-    assert unread_cells([sweep]) == [
+    said = [
         f"{sweep / 'sweep.json'} names 1 cell of 2 with no run to compare, left out of the table: a-s1 (no run "
         f"and no readable status.json in its folder). `pats sweep status {sweep}` shows each cell; rerunning "
         "the sweep runs those not finished."
     ]
+    assert unread_cells([sweep]) == said
     assert unread_cells([sweep / "a-s0"]) == []  # a run, not a sweep folder: nothing to say
+    assert unread_cells([sweep / "a-s0", sweep]) == said  # a run given first: the sweep after it still read
 
 
 def test_the_share_of_groups_shown_a_plan_has_its_column(tmp_path, repo):
