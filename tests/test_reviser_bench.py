@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pats.lm.caller import usd_cost
-from pats.reviser.bench import Contender, reviser_for, summarize
+from pats.reviser.bench import Contender, only_faults, reviser_for, summarize
 from pats.reviser.bundles import SHIPPED, ReviserBundle, load
 from pats.reviser.score import BundleScore, score
 from pats.scaffold.problems import named_edits, rule_of
@@ -70,6 +70,116 @@ def test_rule_names_and_edit_indices_from_the_validators_messages():
     assert rule_of("edits 0, 2: 3 skill/plan ADDs; REVISE accepts at most 1 ...") == "mode_add_budget"
     assert named_edits("edits 0, 2: 3 skill/plan ADDs") == {0, 2}
     assert named_edits("edit set (COMPRESS): the type's entries go from 9 to 12 tokens") == set()
+
+
+def row(**fields) -> BundleScore:
+    """A crafted row: only the counted fields given, the rest the defaults."""
+    return BundleScore(bundle="b", environment="alfworld", task_type="pick", mode="REVISE", **fields)
+
+
+def test_the_summary_counts_each_field_of_crafted_rows():
+    """Each total of `summarize` on rows whose numbers are known (from the mutation run of bench.py,
+    issue 59: the committed results' summaries agree in most fields, so a total taken wrongly in one
+    went unseen): citations counted only where the answer parsed, the refusing rules once each in
+    order, the kinds' mean over the accepted sets, and the time per call."""
+    accepted = row(parsed=True, set_valid=True, valid_after_retry=True, proposed=2, valid_edits=2,
+                   citations_valid=True, kinds_as_rules=0.5, tokens_before=10, tokens_after=14, calls=1,
+                   llm_tokens=30, prompt_tokens=20, completion_tokens=10, seconds=2.0, answers=1)  # fmt: skip
+    refused = row(parsed=True, valid_after_retry=True, proposed=3, valid_edits=1, citations_valid=False,
+                  rules=("unknown_card", "near_duplicate", "unknown_card"), tokens_before=5, tokens_after=6,
+                  calls=2, llm_tokens=70, prompt_tokens=50, completion_tokens=20, seconds=4.0, answers=2)  # fmt: skip
+    fault = row(parsed=False, error="timed out", fault="timeout", calls=1, seconds=3.0)
+    same = row(parsed=True, set_valid=True, valid_after_retry=True, citations_valid=True, kinds_as_rules=1.0,
+               tokens_before=1, tokens_after=1)  # fmt: skip
+    assert summarize([accepted, refused, fault, same]).model_dump() == {
+        "bundles": 4,
+        "parsed": 3,
+        "sets_valid": 2,
+        "sets_valid_after_retry": 3,
+        "edits_proposed": 5,
+        "edits_valid": 3,
+        "citations_valid": 2,
+        "tokens_before": 16,
+        "tokens_after": 21,
+        "calls": 4,
+        "tokens_per_call": 25.0,
+        "seconds_per_call": 2.25,
+        "refusing_rules": ("near_duplicate", "unknown_card"),
+        "kinds_as_rules": 0.75,
+        "kinds_as_rules_sets": 2,
+        "prompt_tokens": 70,
+        "completion_tokens": 30,
+        "usd": None,
+        "usd_note": "no model named to price",
+    }
+    priced = summarize([accepted, refused], "openai/gpt-4o-mini")
+    assert (priced.usd, priced.usd_note) == (usd_cost("openai/gpt-4o-mini", 70, 30), "")
+    unsplit = summarize([accepted, row(parsed=True, calls=1, llm_tokens=5)], "openai/gpt-4o-mini")
+    assert (unsplit.usd, unsplit.usd_note) == (None, "rows without prompt and completion tokens apart")
+    # no call: the time per bundle, and nothing to pay
+    rules = summarize([row(parsed=True, seconds=1.0), row(parsed=True, seconds=2.0)])
+    assert (rules.calls, rules.tokens_per_call, rules.seconds_per_call) == (0, 0.0, 1.5)
+    assert (rules.usd, rules.usd_note, rules.kinds_as_rules, rules.kinds_as_rules_sets) == (
+        0.0, "no LLM calls", None, 0
+    )  # fmt: skip
+    assert (summarize([row(parsed=True, seconds=3.0)]).seconds_per_call, summarize([]).seconds_per_call) == (
+        3.0,
+        0.0,
+    )  # one bundle's time is its own; no bundle, no time
+
+
+def test_only_faults_is_every_row_a_fault_and_at_least_one_row():
+    fault, scored = row(parsed=False, fault="timeout"), row(parsed=True)
+    assert (only_faults([fault, fault]), only_faults([fault, scored]), only_faults([])) == (
+        True,
+        False,
+        False,
+    )
+
+
+def test_a_result_says_how_it_was_measured_and_whether_every_bundle_was_scored(tmp_path):
+    """meta's fields for the rules and for an LLM with a program, and a result of 1 of 2 bundles
+    (not complete) and of 1 of 1 (complete), each with its label, summary and rows."""
+    import datetime
+    import os
+    import platform
+
+    from pats.reviser.bench import in_checkout, meta, result
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cpus"
+    head = meta(RULES, "pats/reviser/shipped_bundles")
+    assert head == {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine,
+        "first_attempt_only": True,
+        "bundles_folder": "pats/reviser/shipped_bundles",
+        "reviser": "rules",
+    }
+    llm = LLMSpec(model="hosted_vllm/m", api_base="http://x/v1")
+    compiled = Contender(label="m", llm=llm, program="p.json")
+    assert (RULES.kind, RULES.model, compiled.kind, compiled.model) == ("rules", None, "llm", "hosted_vllm/m")
+    assert meta(compiled, "f", "auto") == {
+        **head,
+        "bundles_folder": "f",
+        "reviser": "llm",
+        "llm": llm.model_dump(mode="json"),
+        "program": "p.json",
+        "structured_asked": "auto",
+    }
+    rows = [row(parsed=True, calls=1, llm_tokens=3, prompt_tokens=2, completion_tokens=1)]
+    part = result(head, "m", rows, 2, "hosted_vllm/m")
+    assert part == {
+        **head,
+        "label": "m",
+        "complete": False,
+        "summary": summarize(rows, "hosted_vllm/m").model_dump(mode="json"),
+        "rows": [rows[0].model_dump(mode="json")],
+    }
+    assert result(head, "m", rows, 1, None)["complete"] is True
+    # a path inside the checkout is written relative to it, one outside whole
+    inside = tmp_path / "repo" / "bundles"
+    assert in_checkout(tmp_path / "repo" / "x" / ".." / "bundles", tmp_path / "repo") == "bundles"
+    assert in_checkout(inside, tmp_path / "elsewhere") == str(inside)
 
 
 def scripted(server: ScriptedOpenAIServer) -> Contender:
@@ -252,3 +362,15 @@ def test_the_package_scores_each_committed_first_answer_as_its_result_says(name,
             continue
         fields = edit_set_fields(by_name[row.bundle], row.edits, count_tokens)
         assert {k: getattr(row, k) for k in fields} == fields, row.bundle
+
+
+def test_run_scores_each_bundle_in_turn_and_hands_on_the_rows_so_far(bundles):
+    """`run` (bench/studies/reviser.py's loop): one contender's rows in the bundles' order, and after
+    each bundle the rows so far, so that a run stopped part way can write what it scored."""
+    from pats.reviser.bench import run
+
+    two = bundles[:2]
+    seen: list[list[str]] = []
+    rows = run(RULES, two, lambda so_far: seen.append([r.bundle for r in so_far]))
+    assert [r.bundle for r in rows] == [b.name for b in two]
+    assert seen == [[two[0].name], [two[0].name, two[1].name]]
