@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 # Suffix tokens per pass with gradients. Measured on 16 decisions of 318-token prompts (155 shared),
 # SmolLM2-135M fp32, 1 thread: 512 tokens (2 decisions) per pass peaks 1.8 GB above the model, like the
 # whole-prompt path (2.0 GB); 2048 peaks 4.6 GB and is no faster on a CPU. 256 took the quickstart's
-# peak from 2.33 to 1.92 GiB at no cost in time (issue 25, docs/journal/2026-12-01-peak-memory.md), but packs other rows into
-# a pass, so bf16 rounds differently and a run's numbers change in their last digits: kept at 512.
-PASS_TOKENS = 512
+# peak from 2.33 to 1.92 GiB at no cost in time (0.97x, less padding; docs/journal/2026-12-01-peak-memory.md),
+# which issue 60's 2.0 GiB target needs. It packs other rows into a pass than 512 did, so bf16 rounds
+# differently: runs made before it (Stage 1's and Stage 2's cells, at 512) differ in their last digits
+# from a rerun today, not in what they measure.
+PASS_TOKENS = 256
 
 # The prefix's pass with gradients keeps no activations through its group's passes but recomputes
 # them in `SharedPrefix.backward` (the same gradient). Measured on the quickstart's step-2 batch
