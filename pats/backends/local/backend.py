@@ -128,13 +128,18 @@ class LocalBackend:
         ]
         await asyncio.gather(*(s.episode.reset(s.env.reset) for s in seats))
         prefixes = PrefixStore()  # system-prompt keys/values, valid while the weights stay the same
-        for _ in range(self.spec.environment.max_turns):
-            live = [s for s in seats if not s.episode.done]
-            if not live:
-                break
-            acts = self._act(live, greedy, prefixes)
-            release_free_memory()  # the turn's temporary tensors (pats.backends.local.memory)
-            await asyncio.gather(*(s.episode.step(a, s.env.step) for s, a in zip(live, acts, strict=True)))
+        # The frozen weights' bf16 copies (under autocast) made once for the whole play, not once a
+        # turn: nothing trains while episodes play, and each turn's own entry then finds them made.
+        with self.policy.bf16_weights():
+            for _ in range(self.spec.environment.max_turns):
+                live = [s for s in seats if not s.episode.done]
+                if not live:
+                    break
+                acts = self._act(live, greedy, prefixes)
+                release_free_memory()  # the turn's temporary tensors (pats.backends.local.memory)
+                await asyncio.gather(
+                    *(s.episode.step(a, s.env.step) for s, a in zip(live, acts, strict=True))
+                )
         return seats
 
     def prompt_parts(self, ep: Episode, admissible) -> tuple[str, str]:

@@ -233,11 +233,23 @@ class LocalPolicy:
         store: PrefixStore | None = None,
     ) -> list[tuple[int, Tensor]]:
         """`choose` for many decisions at once: prompts as (shared prefix, rest) from `chat_split`.
-        All are scored in as few forward passes as the batch size allows, each prefix computed once
-        (and kept in `store` for later turns: a store is valid only while the weights stay the same);
-        then one draw per decision, in order, so the generator is used as `choose` one by one would."""
+        All are scored together (`score_batch_actions`); then one draw per decision, in order, so the
+        generator is used as `choose` one by one would."""
+        scores = self.score_batch_actions(prompts, actions, store)
+        return [self._pick(s, greedy) for s in scores]
+
+    @torch.no_grad()
+    def score_batch_actions(
+        self,
+        prompts: Sequence[tuple[Sequence[int], Sequence[int]]],
+        actions: Sequence[Sequence[str]],
+        store: PrefixStore | None = None,
+    ) -> list[Tensor]:
+        """`score_actions` for many decisions at once, prompts as (shared prefix, rest): in as few
+        forward passes as the batch size allows, each prefix computed once (and kept in `store` for
+        later turns: a store is valid only while the weights stay the same). (K_b,) each, on the CPU."""
         if not supports_batching(self.model):
-            return [self.choose([*h, *r], a, greedy) for (h, r), a in zip(prompts, actions, strict=True)]
+            return [self.score_actions([*h, *r], a) for (h, r), a in zip(prompts, actions, strict=True)]
         with self.acting_context():
             scores = score_batch(
                 self.model,
@@ -250,7 +262,7 @@ class LocalPolicy:
                 normalization=self.spec.score_normalization,
                 premise=self.premise_ids,
             )
-        return [self._pick(s.float().cpu(), greedy) for s in scores]
+        return [s.float().cpu() for s in scores]
 
     def _pick(self, scores: Tensor, greedy: bool) -> tuple[int, Tensor]:
         """(chosen index, distribution) from a decision's scores (K,): argmax or one seeded draw."""
@@ -456,7 +468,8 @@ def frozen_in_bf16(model: torch.nn.Module) -> Iterator[None]:
     only for weights that train: so each forward pass copies the whole model once more, in generate
     mode once per new token. The copy made here is the same rounding autocast applies, so the numbers
     do not change (tests/test_local_policy.py, tests/test_update_prefix.py).
-    A tied LM head gets its own copy; the embedding lookup keeps reading the fp32 table."""
+    A tied LM head gets its own copy; the embedding lookup keeps reading the fp32 table. A block
+    inside another finds the copies made and changes nothing (a play holds them for all its turns)."""
     swapped = []
     for module in model.modules():
         if not isinstance(module, torch.nn.Linear):
