@@ -72,14 +72,19 @@ def action_distributions(
     backend: LocalBackend, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]
 ) -> list[Tensor]:
     """Each pair's distribution over its admissible actions (in `pair.state.admissible`'s order), with
-    the pair's view in the prompt the backend would act on (score mode), one decision at a time."""
-    out = []
-    for i, (pair, view) in enumerate(zip(pairs, views, strict=True)):
-        ep = Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
-        actions = list(pair.state.admissible)
-        scores = backend.policy.score_actions(backend.prompt_ids(ep, actions), actions).double()
-        out.append(action_distribution(scores, backend.spec.policy.temperature))
-    return out
+    the pair's view in the prompt the backend would act on (score mode), all pairs scored in one batch
+    as a rollout's turn is (`LocalPolicy.score_batch_actions`: each system prompt computed once)."""
+    episodes = [
+        Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
+        for i, (pair, view) in enumerate(zip(pairs, views, strict=True))
+    ]
+    actions = [list(pair.state.admissible) for pair in pairs]
+    prompts = [
+        backend.policy.chat_split(*backend.prompt_parts(ep, acts))
+        for ep, acts in zip(episodes, actions, strict=True)
+    ]
+    scores = backend.policy.score_batch_actions(prompts, actions)
+    return [action_distribution(s.double(), backend.spec.policy.temperature) for s in scores]
 
 
 def expert_nll(
