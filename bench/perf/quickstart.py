@@ -80,11 +80,13 @@ class Phase:
     peak_gib: float  # sampled VmRSS peak within the phase (a spike shorter than SAMPLE_S can escape it)
 
 
-def run_quickstart(root: Path, env: dict[str, str]) -> tuple[list[tuple[float, str, float]], float, float]:
+def run_quickstart(
+    python: str, root: Path, env: dict[str, str]
+) -> tuple[list[tuple[float, str, float]], float, float]:
     """Run the quickstart; returns (its first progress line and each step's and evaluation's, with
     its time since start and the peak since the line before, then the exit), the total seconds and
     VmHWM in GiB."""
-    command = [sys.executable, "-m", "pats", "run", str(REPO / "experiments/quickstart.yaml"),
+    command = [python, "-m", "pats", "run", str(REPO / "experiments/quickstart.yaml"),
                f"logging.root={root}", "logging.progress=true"]  # fmt: skip
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, cwd=REPO, text=True)
@@ -147,7 +149,9 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--warm", action="store_true", help="reuse the converted model cache")
-    parser.add_argument("--install", action="store_true", help="also time the install from nothing")
+    parser.add_argument(
+        "--install", action="store_true", help="also time the install from nothing, and run in that venv"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -155,12 +159,13 @@ def main():
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if not args.warm:
             env["PATS_CACHE"] = str(tmp / "cache")  # include the one-time GGUF conversion
-        marks, seconds, peak = run_quickstart(tmp / "runs", env)
+        python = str(tmp / "venv" / "bin" / "python") if args.install else sys.executable
+        marks, seconds, peak = run_quickstart(python, tmp / "runs", env)
         run_dir = tmp / "runs" / "quickstart"
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         table = phases(marks, metrics)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pats", "report", str(run_dir)], check=True, cwd=REPO,
+        subprocess.run([python, "-m", "pats", "report", str(run_dir)], check=True, cwd=REPO,
                        stdout=subprocess.DEVNULL)  # fmt: skip
         table.append(Phase("pats report (plots, summary.md)", time.perf_counter() - start, 0.0))
     print("\n| phase | seconds | share | peak RSS (GiB, sampled) |\n| --- | ---: | ---: | ---: |")
