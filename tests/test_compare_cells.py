@@ -160,3 +160,19 @@ def test_each_status_of_a_cell_without_a_run_says_why(tmp_path, status, why):
     write_status(tmp_path / "cell", status)
     assert _no_run(tmp_path / "cell") == why
     assert _no_run(tmp_path / "gone") == "not started"
+
+
+def test_a_condition_with_the_scaffold_on_every_seed_does_not_hide_the_next_ones_note(tmp_path, repo):
+    from pats.compare.notes import with_scaffold_notes
+
+    craft(tmp_path, repo, "all-s0", 0, "pats", {"g0": [1.0]}, {"g0": [1.0]})
+    craft(tmp_path, repo, "some-s0", 0, "pats", {"g0": [1.0]}, {"g0": [1.0]})
+    craft(tmp_path, repo, "some-s1", 1, "pats", {"g0": [0.0]})
+    groups = {
+        "all": [read_run(tmp_path / "all-s0")],
+        "some": [read_run(tmp_path / f"some-s{s}") for s in (0, 1)],
+    }
+    assert with_scaffold_notes(groups) == [
+        "some: held-out success with the scaffold and the reliance gap rest on seed 0 only, without the "
+        "scaffold on seeds 0, 1 (some-s1: its last evaluation played no episodes with the scaffold)."
+    ]
