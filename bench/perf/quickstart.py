@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `bench.` imports as a script
 
-from bench.common import REPO, RESULTS, write_result
+from bench.common import REPO, RESULTS, add_set_flag, write_result
 
 TARGET_S, TARGET_GIB = 240.0, 2.0
 SAMPLE_S = 0.2
@@ -81,21 +81,24 @@ class Phase:
 
 
 def run_quickstart(
-    python: str, root: Path, env: dict[str, str]
+    python: str, root: Path, env: dict[str, str], overrides: list[str]
 ) -> tuple[list[tuple[float, str, float]], float, float]:
     """Run the quickstart; returns (its first progress line and each step's and evaluation's, with
     its time since start and the peak since the line before, then the exit), the total seconds and
     VmHWM in GiB."""
     command = [python, "-m", "pats", "run", str(REPO / "experiments/quickstart.yaml"),
-               f"logging.root={root}", "logging.progress=true"]  # fmt: skip
+               f"logging.root={root}", "logging.progress=true", *overrides]  # fmt: skip
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, cwd=REPO, text=True)
+    # Progress lines go to stderr (pats.engine.progress): read both streams as one.
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO, text=True
+    )
     memory = Memory(child.pid)
     watcher = threading.Thread(target=memory.watch, daemon=True)
     watcher.start()
     marks: list[tuple[float, str, float]] = []
     assert child.stdout is not None
-    for line in child.stdout:  # not a terminal: one plain line per step and per evaluation
+    for line in child.stdout:  # not a terminal: one plain line per step and per evaluation, and the rest
         print(line, end="", flush=True)
         if line.startswith("[") and (not marks or EVAL.search(line) or STEP.search(line)):
             marks.append((time.perf_counter() - start, line.strip(), memory.mark()))
@@ -152,6 +155,10 @@ def main():
     parser.add_argument(
         "--install", action="store_true", help="also time the install from nothing, and run in that venv"
     )
+    add_set_flag(
+        parser,
+        "spec overrides for the run, e.g. trainer.autocast_bf16=false (the table is then not the main job's)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -160,7 +167,7 @@ def main():
         if not args.warm:
             env["PATS_CACHE"] = str(tmp / "cache")  # include the one-time GGUF conversion
         python = str(tmp / "venv" / "bin" / "python") if args.install else sys.executable
-        marks, seconds, peak = run_quickstart(python, tmp / "runs", env)
+        marks, seconds, peak = run_quickstart(python, tmp / "runs", env, args.set)
         run_dir = tmp / "runs" / "quickstart"
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         table = phases(marks, metrics)
@@ -184,6 +191,7 @@ def main():
         "install_seconds": installed,
         "peak_gib": peak,
         "cold_cache": not args.warm,
+        "overrides": args.set,
         "time_ratio": total / TARGET_S,
         "memory_ratio": peak / TARGET_GIB,
         "phases": [{"name": p.name, "seconds": p.seconds, "peak_gib": p.peak_gib} for p in table],
