@@ -125,8 +125,8 @@ def phases(marks: list[tuple[float, str, float]], metrics: list[dict]) -> list[P
         if EVAL.search(line):
             out.append(Phase(line.split("] ", 1)[1].split(":")[0], took, peak))
         elif found := STEP.search(line):
-            m = steps[int(found.group(1))]
             step = int(found.group(1))
+            m = steps[step]
             for part in ("rollout", "update"):
                 out.append(Phase(f"step {step}: {part}", m[f"time/{part}_s"], peak))
             review = m["time/step_s"] - m["time/rollout_s"] - m["time/update_s"]
