@@ -130,3 +130,21 @@ def test_a_sweep_file_is_checked_as_a_sweep_file(validator):
         "Additional properties are not allowed ('name' was unexpected)"
     ]
     assert errors(validator, {"sweep": {"seeds": [0]}}) == ["'specs' is a required property"]
+
+
+def test_a_sweep_section_with_models_of_its_own_keeps_their_definitions():
+    """The sweep section's model is passed in (pats.sweep imports pats.spec): the definitions of models
+    nested in it move to the schema's own, where its references find them."""
+    from pydantic import BaseModel
+
+    from pats.spec.schema import sweep_schema_text
+
+    class Inner(BaseModel):
+        x: int
+
+    class Outer(BaseModel):
+        inner: Inner
+
+    validator = jsonschema.Draft202012Validator(json.loads(sweep_schema_text(Outer)))
+    assert errors(validator, {"sweep": {"inner": {"x": 1}}}) == []
+    assert errors(validator, {"sweep": {"inner": {"x": "a"}}}) == ["'a' is not of type 'integer'"]
