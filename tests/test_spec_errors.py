@@ -163,7 +163,17 @@ def test_contradictions_reported_together(write):
 def test_probe_fraction_needs_rollouts_on_both_sides(write):
     issue = one(write("s.yaml", GOOD + "trainer: {group_size: 2}\nscaffold: {probe_fraction: 0.2}\n"))
     assert issue.path == "scaffold.probe_fraction"
-    assert issue.message.startswith("0.2 of trainer.group_size 2 gives 0 probe rollouts")
+    # A group of two leaves one fraction, said as one value (issue 59, item 5: it read "between 0.5 and 0.5").
+    assert issue.message == (
+        "0.2 of trainer.group_size 2 gives 0 probe rollouts; it must leave at least one rollout with and one "
+        "without the scaffold: use 0.5, or 0 to turn probes off"
+    )
+    for group, fraction, probes, between in ((3, 0.1, 0, "0.333 and 0.667"), (8, 0.95, 8, "0.125 and 0.875")):
+        spec = GOOD + f"trainer: {{group_size: {group}}}\nscaffold: {{probe_fraction: {fraction}}}\n"
+        assert one(write("s.yaml", spec)).message == (
+            f"{fraction} of trainer.group_size {group} gives {probes} probe rollouts; it must leave at least one "
+            f"rollout with and one without the scaffold: use a fraction between {between}, or 0 to turn probes off"
+        )
 
 
 def test_static_needs_a_bank_and_expert_needs_privilege(write):
