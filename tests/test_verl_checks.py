@@ -92,6 +92,20 @@ def test_the_gpu_refusals_read_whole_with_each_nodes_count(tmp_path):
     )
 
 
+def test_node_gpus_counts_each_alive_node_of_ray_a_node_without_gpus_as_0(monkeypatch):
+    """What check_cluster puts against the run: Ray's GPU count on each alive node, in Ray's order."""
+    import ray
+
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+        {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}},  # a node that left the cluster
+        {"Alive": True, "Resources": {"CPU": 16.0}},  # a head node without GPUs
+        {"Alive": True, "Resources": {"GPU": 2.0}},
+    ]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert cluster.node_gpus() == [8.0, 0.0, 2.0]
+
+
 def test_the_skip_variable_is_refused_with_the_values_it_takes():
     assert preflight.skipped({}) == frozenset() == preflight.skipped({"PATS_SKIP_PREFLIGHT": "0"})
     assert preflight.skipped({"PATS_SKIP_PREFLIGHT": "head"}) == {"head"}
