@@ -20,6 +20,7 @@ from pats.backends.verl import data as verl_data
 from pats.backends.verl.config import compose
 from pats.backends.verl.export import export_verl
 from pats.backends.verl.launch import write_bundle
+from pats.backends.verl.preflight import FLASH_ATTN_ON
 from pats.cli.main import main
 from pats.errors import PatsError, PrerequisiteError, SpecError
 from pats.scaffold.bank import load_bank
@@ -269,6 +270,13 @@ def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
     # The attention is picked on the launching node: flash-attn if it imports there, else SDPA.
     assert "else PyTorch's SDPA (nothing to install)" in readme and "flash-attn==2.8.3" in readme
     assert not done.needs.flash_attn and done.needs.engine == "vllm"
+    # ... said apart from what every node needs (issue 59, item 19: "every node needs the attention is picked").
+    provide = readme.split("## What the cluster must provide\n\n", 1)[1].splitlines()
+    assert provide[1:3] == [
+        f"- On every node, {done.needs.lines()[0]}.",
+        "- The attention is picked where the run launches: flash_attention_2 if flash_attn imports there, else "
+        f"PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}.",
+    ]
 
 
 def test_a_search_qa_export_reads_its_data_under_the_data_root_of_the_node(

@@ -234,3 +234,31 @@ def test_sdpa_keeps_remove_paddings_packed_sequences_apart():
     torch.testing.assert_close(together[:, :5], alone[0])
     torch.testing.assert_close(together[:, 5:], alone[1])
     assert not torch.allclose(unmarked[:, 5:], alone[1], atol=1e-3)  # the test can tell them apart
+
+
+def test_what_every_node_needs_and_what_the_launching_node_decides_read_whole():
+    """`Needs.lines` (the README's "On every node" and `pats export`'s "every node needs") and
+    `Needs.notes` (the attention left to the launching node, apart from what every node needs: issue 59,
+    item 19), whole, for each engine and attention."""
+    flash = "pip install flash-attn==2.8.3 --no-build-isolation"
+    verl = (
+        "verl 0.9.1 with {0}, the rollout engine, and the CUDA build of torch it pins "
+        '(`pip install "verl[{0}]==0.9.1"`), which the node\'s NVIDIA driver must run'
+    )
+    vllm = verl.format("vllm") + (
+        f" (CUDA 13, a driver >= 580; with a driver 525-579 the cuda12 route: `{routes.ROUTES['cuda12'].command}`)"
+    )
+    auto = preflight.Needs("vllm", "auto")
+    assert auto.lines() == [vllm]
+    assert auto.notes() == [
+        "the attention is picked where the run launches: flash_attention_2 if flash_attn imports there, else "
+        f"PyTorch's SDPA (nothing to install); {preflight.FLASH_ATTN_ON}"
+    ]
+    required = preflight.Needs("sglang", "flash_attention_2")
+    assert required.lines() == [
+        verl.format("sglang"),
+        f"flash-attn: the actor loads with attn_implementation=flash_attention_2 (`{flash}`, a CUDA build), or "
+        f"add `{SDPA}` to trainer.overrides (PyTorch's SDPA attention, nothing to install)",
+    ]
+    assert required.notes() == [] == preflight.Needs("vllm", "sdpa").notes()
+    assert preflight.Needs("vllm", "sdpa").lines() == [vllm]
