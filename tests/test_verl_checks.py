@@ -157,6 +157,8 @@ def test_pats_run_reads_the_skip_variable_and_prints_the_nodes_line(tmp_path, mo
     """`PATS_SKIP_PREFLIGHT=all pats run` refused this node before (only launch.sh read it); a bogus
     value is refused before anything is written."""
     spec = load_spec(twx_verl_spec(tmp_path / "spec.yaml"))
+    monkeypatch.setattr(preflight, "import_error", lambda name: None)  # flash_attn imports "here"
+    attention = "verl: attention flash_attention_2 (flash_attn imports here)"
     for value, head_checked, nodes_line in (
         ("0", True, NODES),
         ("head", False, NODES),
@@ -166,16 +168,39 @@ def test_pats_run_reads_the_skip_variable_and_prints_the_nodes_line(tmp_path, mo
         monkeypatch.setenv("PATS_SKIP_PREFLIGHT", value)
         with pytest.raises(Started):
             run_verl(spec, tmp_path / value)
-        out = capsys.readouterr().out.splitlines()
+        # pats' own lines (verl's validate_config prints its own between them)
+        out = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("verl:", "preflight:"))]
         assert stand_ins == (["head"] if head_checked else [])
-        assert nodes_line in out, out
-        assert (
-            "preflight: this node is not checked (PATS_SKIP_PREFLIGHT=" + value + ")" in out
-        ) is not head_checked
+        skip_line = (
+            [] if head_checked else [f"preflight: this node is not checked (PATS_SKIP_PREFLIGHT={value})"]
+        )
+        assert out == [attention, *skip_line, nodes_line], "the lines read whole"
     monkeypatch.setenv("PATS_SKIP_PREFLIGHT", "yes")
     with pytest.raises(PrerequisiteError, match="the values it reads: head"):
         run_verl(spec, tmp_path / "yes")
     assert not (tmp_path / "yes").exists()
+
+
+def test_pats_run_says_what_to_write_where_its_check_of_the_node_refuses(tmp_path, monkeypatch, stand_ins):
+    """The node is checked on the config composed from the bundle pats run writes in the run's verl/."""
+
+    def refuse(config):
+        spec = config.pats.spec  # the bundle's copy of the spec
+        raise PrerequisiteError(
+            f"preflight: this node cannot run the verl config of {spec}:\n  - a CPU build"
+        )
+
+    monkeypatch.setattr("pats.backends.verl.launch.check_node", refuse)
+    monkeypatch.delenv("PATS_SKIP_PREFLIGHT", raising=False)
+    with pytest.raises(PrerequisiteError) as err:
+        run_verl(load_spec(twx_verl_spec(tmp_path / "spec.yaml")), tmp_path / "run")
+    assert (tmp_path / "run" / "verl" / "launch.sh").is_file()
+    assert str(err.value) == (
+        f"preflight: this node cannot run the verl config of {tmp_path / 'run' / 'verl' / 'spec.yaml'}:\n"
+        "  - a CPU build\nOn a machine "
+        "without a GPU use trainer.backend: local, or export the run for a GPU node with `pats export verl "
+        "SPEC OUT/`"
+    )
 
 
 def test_launch_shs_main_prints_the_same_nodes_line(tmp_path, monkeypatch, capsys, stand_ins):
