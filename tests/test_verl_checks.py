@@ -208,13 +208,49 @@ def test_launch_shs_main_prints_the_same_nodes_line(tmp_path, monkeypatch, capsy
 
     spec = load_spec(twx_verl_spec(tmp_path / "spec.yaml"))
     overrides = write_bundle(spec, tmp_path / "bundle", run_dir=str(tmp_path / "run"), data=False)
-    monkeypatch.delenv("PATS_SKIP_PREFLIGHT", raising=False)
-    with pytest.raises(Started):
+    monkeypatch.setattr(preflight, "import_error", lambda name: None)  # flash_attn imports "here"
+    attention = "preflight: attention flash_attention_2 (flash_attn imports here)"
+    for value, nodes_line in (
+        (None, NODES),
+        ("all", "preflight: the nodes of the Ray cluster are not checked (PATS_SKIP_PREFLIGHT=all)"),
+    ):
+        if value is None:
+            monkeypatch.delenv("PATS_SKIP_PREFLIGHT", raising=False)
+        else:
+            monkeypatch.setenv("PATS_SKIP_PREFLIGHT", value)
+        with pytest.raises(Started):
+            verl_main.run(overrides)
+        out = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("verl:", "preflight:"))]
+        assert out == [attention, nodes_line], "the lines read whole"
+    monkeypatch.setenv("PATS_SKIP_PREFLIGHT", "yes")  # refused before anything starts
+    with pytest.raises(PrerequisiteError, match="the values it reads: head"):
         verl_main.run(overrides)
-    assert NODES in capsys.readouterr().out.splitlines()
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv("PATS_SKIP_PREFLIGHT")
     monkeypatch.setattr(cluster, "node_gpus", lambda: [0.0])  # the GPU count is checked there too
     with pytest.raises(PrerequisiteError, match="Ray sees no GPU"):
         verl_main.run(overrides)
+
+
+def test_both_paths_set_the_device_to_this_platforms_as_main_ppo_does(tmp_path, monkeypatch, stand_ins):
+    """verl's auto_set_device on the composed config before run_ppo (a trainer.device that names another
+    accelerator becomes this platform's), as main_ppo does."""
+    from verl.utils.device import get_platform
+
+    from pats.backends.verl import main as verl_main
+
+    platform = get_platform().device_name
+    if platform == "cpu":
+        pytest.skip("verl sets no device on a CPU platform")
+    spec = load_spec(twx_verl_spec(tmp_path / "spec.yaml"))
+    config = gpus_config(tmp_path, nnodes=1, per_node=1)
+    config.trainer.device = "npu"
+    given = []
+    monkeypatch.setattr(
+        "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: given.append(config)
+    )
+    verl_main.train(config, spec, frozenset({"head", "nodes"}))
+    assert [c.trainer.device for c in given] == [platform]
 
 
 def test_pats_plan_notes_fewer_gpus_here_than_a_node_of_the_spec(tmp_path, monkeypatch, capsys):
