@@ -374,3 +374,42 @@ def test_run_scores_each_bundle_in_turn_and_hands_on_the_rows_so_far(bundles):
     rows = run(RULES, two, lambda so_far: seen.append([r.bundle for r in so_far]))
     assert [r.bundle for r in rows] == [b.name for b in two]
     assert seen == [[two[0].name], [two[0].name, two[1].name]]
+
+
+def test_a_reviser_error_without_a_call_is_kept_whole_as_an_other_fault(bundles):
+    """A JudgeError that no LLM call's fault explains (here the rules reviser's): the row keeps the error
+    whole, every line of it (issue 59, item 12: it kept the first line's 400 characters), its fault is
+    'other', and the written row has the field only when it is set."""
+    from pats.errors import JudgeError
+
+    bundle = bundles[0]
+    reviser = reviser_for(RULES, bundle, words)
+    said = "no edit list in the answer\n" + "x" * 500
+
+    async def refuse(*args):
+        raise JudgeError(said)
+
+    reviser.revise = refuse  # type: ignore[method-assign]
+    row = score(bundle, reviser, words)
+    before = sum(words(e.text) for e in bundle.entries)
+    assert (row.parsed, row.error, row.fault, row.tokens_before, row.tokens_after) == (
+        False, said, "other", before, before,
+    )  # fmt: skip
+    assert row.model_dump()["fault"] == "other" and row.model_dump(mode="json")["error"] == said
+    scored = score(bundle, reviser_for(RULES, bundle, words), words)
+    assert (
+        scored.parsed and "fault" not in scored.model_dump() and "fault" not in scored.model_dump(mode="json")
+    )
+    assert scored.answers == 1 and 0 <= scored.seconds < 60, "the rules answer once; the time is the call's"
+
+
+def test_a_reviser_scored_twice_counts_each_bundles_own_calls(bundles):
+    """score counts the calls and tokens of its own bundle: what the same reviser used before is not
+    added in."""
+    bundle = next(b for b in bundles if b.entries and b.assessment.mode.value == "REVISE")
+    with ScriptedOpenAIServer(["not an edit list"] * 2, structured=True) as server:
+        reviser = reviser_for(scripted(server), bundle, words)
+        first, second = (score(bundle, reviser, words) for _ in range(2))
+    assert (first.calls, second.calls) == (1, 1)
+    assert first.prompt_tokens > 0 and second.prompt_tokens == first.prompt_tokens
+    assert second.llm_tokens == first.llm_tokens and 0 < second.seconds < 60
