@@ -237,3 +237,122 @@ def test_an_unknown_provider_is_told_at_most_three_close_names_or_where_the_list
         f"unknown LiteLLM provider 'zzz'; write one of LiteLLM's providers ({PROVIDERS_URL})"
     )
     assert PROVIDERS_URL == "https://docs.litellm.ai/docs/providers"
+
+
+def test_an_unset_key_is_told_before_any_request_as_the_spec_writes_it(monkeypatch):
+    """_check asks pats.lm.caller.missing_key first (issue 59, item 11): nothing is sent, and the field
+    and the "no key" are said as a spec writes them, under the LLM's path."""
+    import asyncio
+
+    from pats.llm_check import _check
+    from pats.spec.models import LLMSpec
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with ScriptedOpenAIServer() as server:
+        llm = LLMSpec(model="openai/m", api_base=server.base_url, api_key_env=KEY_ENV)
+        said = asyncio.run(_check("judge.llm", llm, probe=None))  # type: ignore[arg-type]
+        assert not server.preflights and not server.requests
+        url = server.base_url
+    assert said == (
+        f"judge.llm (openai/m at {url}): environment variable {KEY_ENV} is not set: openai/m "
+        "needs an API key (judge.llm.api_key_env names the variable; left out, it is the provider's). "
+        "Export it; for a self-hosted OpenAI-compatible server that takes no key write hosted_vllm/<model>, "
+        "or judge.llm.api_key_env: null"
+    )
+    hosted = LLMSpec(model="openai/m", api_key_env=KEY_ENV)
+    assert asyncio.run(_check("judge.llm", hosted, probe=None)) == (  # type: ignore[arg-type]
+        f"judge.llm (openai/m): environment variable {KEY_ENV} is not set: openai/m needs an API key "
+        "(judge.llm.api_key_env names the variable; left out, it is the provider's). Export it"
+    )
+
+
+def test_each_check_asks_the_server_even_where_the_llm_caches_its_answers(monkeypatch):
+    """A cached answer proves nothing of the server: with llm.cache on, a second check asks again."""
+    import asyncio
+
+    from pats.llm_check import _check
+    from pats.spec.models import LLMSpec
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    with ScriptedOpenAIServer() as server:
+        llm = LLMSpec(model="openai/scripted", api_base=server.base_url, api_key_env=KEY_ENV, cache=True,
+                      structured="off")  # fmt: skip
+        assert [asyncio.run(_check("judge.llm", llm, probe=None)) for _ in range(2)] == [None, None]  # type: ignore[arg-type]
+        assert len(server.preflights) == 2
+
+
+def test_a_key_none_gave_does_not_tell_a_keyless_model_to_be_written_keyless():
+    """explain for LiteLLM's 'not configured' (no key given), read whole: a hosted provider is told the
+    keyless model string, a model already written hosted_vllm/ is not (issue 59, item 11)."""
+    from dspy.utils import exceptions as dx
+
+    from pats.llm_check import explain
+    from pats.spec.models import LLMSpec
+
+    error = dx.LMNotConfiguredError("no key")
+    head = (
+        "{} needs an API key and none was given: set reviser.llm.api_key_env to the name of the "
+        "environment variable that holds it, and export it"
+    )
+    assert explain("reviser.llm", LLMSpec(model="openai/m"), error, 1) == head.format("openai/m") + (
+        "; a self-hosted OpenAI-compatible server that takes no key is written hosted_vllm/<model>"
+    )
+    keyless = LLMSpec(model="hosted_vllm/m", api_base="http://127.0.0.1:9/v1")
+    assert explain("reviser.llm", keyless, error, 1) == head.format("hosted_vllm/m")
+
+
+def test_settings_the_llm_library_refuses_are_told_under_the_llms_path(monkeypatch):
+    """A reasoning model at temperature 0 (dspy refuses it when the LM is built): the check says so,
+    headed with the path and model, before any request."""
+    import asyncio
+
+    from pats.llm_check import _check
+    from pats.spec.models import LLMSpec
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    url = "http://127.0.0.1:9/v1"
+    said = asyncio.run(
+        _check("reviser.llm", LLMSpec(model="openai/o1", api_key_env=KEY_ENV, api_base=url), None)
+    )  # type: ignore[arg-type]
+    assert said is not None
+    head, problem = said.split("\n", 1)
+    assert head == f"reviser.llm (openai/o1 at {url}): 1 problem in the spec"
+    assert problem.startswith("  <top level>: llm: [openai/o1] OpenAI's reasoning models require")
+    assert problem.endswith("; change llm.temperature / llm.max_tokens or pick another llm.model")
+
+
+def test_the_schema_probe_follows_the_short_request_and_waits_the_llms_own_timeout(monkeypatch):
+    """structured: auto and no decision yet: after the short request (waiting its own ask timeout), the
+    probe with the schema goes out with llm.timeout_s and uncached (llm.cache on here), each check asking
+    afresh; a server slower to answer the probe than the short request's timeout keeps structured output
+    on. Decided or not auto: no probe."""
+    import asyncio
+
+    from pats.llm_check import _check
+    from pats.lm import probe as probe_module
+    from pats.reviser.llm import reviser_probe
+    from pats.reviser.prompt import ReviserSettings
+    from pats.spec.models import LLMSpec
+    from pats.testing.openai_server import _asked_object
+
+    monkeypatch.setattr(probe_module, "_STRUCTURED", {})
+    schema = reviser_probe(ReviserSettings(min_citations=2))
+    with ScriptedOpenAIServer(
+        structured=True, probe=lambda body: {"delay": 1.0, "text": _asked_object(body)}
+    ) as server:
+        llm = LLMSpec(
+            model="hosted_vllm/probed", api_base=server.base_url, timeout_s=30.0, max_retries=0, cache=True
+        )
+        assert asyncio.run(_check("reviser.llm", llm, schema, ask_timeout_s=0.5)) is None
+        assert len(server.preflights) == 1 and len(server.probes) == 1
+        assert probe_module.structured_decision(llm) is True, "the probe waited longer than 0.5 s"
+        assert asyncio.run(_check("reviser.llm", llm, schema, ask_timeout_s=0.5)) is None
+        assert len(server.probes) == 1, "decided: no second probe"
+        probe_module._STRUCTURED.clear()
+        assert asyncio.run(_check("reviser.llm", llm, schema, ask_timeout_s=0.5)) is None
+        assert len(server.probes) == 2, "a probe's answer is never read from a cache"
+        for structured in ("on", "off"):
+            probe_module._STRUCTURED.clear()
+            fixed = llm.model_copy(update={"structured": structured})
+            assert asyncio.run(_check("reviser.llm", fixed, schema, ask_timeout_s=0.5)) is None
+        assert len(server.probes) == 2 and len(server.preflights) == 5
