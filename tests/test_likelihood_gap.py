@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
 from pats.backends.local.backend import LocalBackend
-from pats.backends.local.reliance import LikelihoodGap, expert_pairs
+from pats.backends.local.reliance import LikelihoodGap, action_distributions, expert_pairs
 from pats.engine.run import make_env_factory
+from pats.episode import Episode
 from pats.reviser.rules import key_actions
 from pats.scaffold.render import render_view
 from pats.spec import load_spec
@@ -73,3 +75,26 @@ def test_a_jvm_dying_in_the_replay_leaves_out_that_task_only(repo, kill_jvm_on_s
         asyncio.run(env.close())
     assert {p.task.id for p in pairs} == {tasks[1].id}, "the second task replays on a restarted JVM"
     assert [p.action for p in pairs] == list(env.expert_plan(tasks[1]))
+
+
+def test_the_gap_scores_as_the_policy_acts_without_batching(repo, setup, monkeypatch):
+    """With `trainer.rollout_batching: false` the policy scores one decision at a time on the whole
+    prompt; the gap reads that same distribution (equal to the acting path's, number for number), not
+    the packed batch's, which agrees only to rounding."""
+    _, _, pairs, _ = setup
+    spec = load_spec(
+        repo / "experiments/quickstart.yaml", ["logging.wandb=disabled", "trainer.rollout_batching=false"]
+    )
+    backend = LocalBackend(spec, make_env_factory(spec))
+    packed = []
+    real = backend.policy.score_batch_actions
+    monkeypatch.setattr(
+        backend.policy, "score_batch_actions", lambda *args, **kw: packed.append(1) or real(*args, **kw)
+    )
+    got = action_distributions(backend, pairs, [EMPTY_VIEW] * len(pairs))
+    assert packed == []
+    for pair, probs in zip(pairs, got, strict=True):
+        episode = Episode("acting", pair.task, EMPTY_VIEW, state=pair.state, history=list(pair.history))
+        acts = list(pair.state.admissible)
+        _, acting = backend.policy.choose(backend.prompt_ids(episode, acts), acts, greedy=True)
+        assert torch.equal(probs.float(), acting)

@@ -178,18 +178,11 @@ class LocalBackend:
             self.prompt_parts(s.episode, a if score else a or None)
             for s, a in zip(live, admissible, strict=True)
         ]
-        if self.policy.trainer.rollout_batching:  # the system prompt apart: its keys/values are reused
-            split = [self.policy.chat_split(system, user) for system, user in parts]
-        else:
-            split = [([], self.policy.chat_ids(system, user)) for system, user in parts]
+        split = [self.policy.chat_split(system, user) for system, user in parts]
         prompts = [head + rest for head, rest in split]
         if score:
-            if self.policy.trainer.rollout_batching:
-                chosen = [i for i, _ in self.policy.choose_batch(split, admissible, greedy, prefixes)]
-            else:
-                chosen = [
-                    self.policy.choose(p, a, greedy)[0] for p, a in zip(prompts, admissible, strict=True)
-                ]
+            scores = self.policy.decision_scores(split, admissible, prefixes)
+            chosen = [self.policy.pick(s, greedy)[0] for s in scores]
             out = []
             for seat, prompt, acts, index in zip(live, prompts, admissible, chosen, strict=True):
                 seat.played.append(ScoredTurn(tuple(prompt), tuple(acts), index))
@@ -197,7 +190,8 @@ class LocalBackend:
                 tokens = len(self.policy.action_ids(action))
                 out.append(Act(action, action, prompt_tokens=len(prompt), response_tokens=tokens))
             return out
-        # With nothing split off, generate_batch runs the whole prompts.
+        if not self.policy.trainer.rollout_batching:  # nothing split off: generate_batch runs whole prompts
+            split = [([], prompt) for prompt in prompts]
         outputs = self.policy.generate_batch(split, self.spec.policy.max_new_tokens, greedy, prefixes)
         out = []
         for seat, prompt, response, acts in zip(live, prompts, outputs, admissible, strict=True):

@@ -222,7 +222,7 @@ class LocalPolicy:
 
     def choose(self, prompt_ids: Sequence[int], actions: Sequence[str], greedy: bool) -> tuple[int, Tensor]:
         """(index of the chosen action, the distribution it was drawn from (K,))."""
-        return self._pick(self.score_actions(prompt_ids, actions), greedy)
+        return self.pick(self.score_actions(prompt_ids, actions), greedy)
 
     @torch.no_grad()
     def choose_batch(
@@ -236,7 +236,21 @@ class LocalPolicy:
         All are scored together (`score_batch_actions`); then one draw per decision, in order, so the
         generator is used as `choose` one by one would."""
         scores = self.score_batch_actions(prompts, actions, store)
-        return [self._pick(s, greedy) for s in scores]
+        return [self.pick(s, greedy) for s in scores]
+
+    def decision_scores(
+        self,
+        prompts: Sequence[tuple[Sequence[int], Sequence[int]]],
+        actions: Sequence[Sequence[str]],
+        store: PrefixStore | None = None,
+    ) -> list[Tensor]:
+        """Each decision's scores over its actions, prompts as (shared prefix, rest) from `chat_split`:
+        all together (`score_batch_actions`, prefixes kept in `store`) with `trainer.rollout_batching`,
+        else one decision at a time on the whole prompt (`score_actions`). Acting and the likelihood
+        gap both score here, so the gap reads the distribution the policy acts on."""
+        if self.trainer.rollout_batching:
+            return self.score_batch_actions(prompts, actions, store)
+        return [self.score_actions([*h, *r], a) for (h, r), a in zip(prompts, actions, strict=True)]
 
     @torch.no_grad()
     def score_batch_actions(
@@ -264,7 +278,7 @@ class LocalPolicy:
             )
         return [s.float().cpu() for s in scores]
 
-    def _pick(self, scores: Tensor, greedy: bool) -> tuple[int, Tensor]:
+    def pick(self, scores: Tensor, greedy: bool) -> tuple[int, Tensor]:
         """(chosen index, distribution) from a decision's scores (K,): argmax or one seeded draw."""
         probs = grpo.action_distribution(scores.double(), self.spec.temperature)
         if greedy:

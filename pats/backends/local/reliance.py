@@ -72,8 +72,8 @@ def action_distributions(
     backend: LocalBackend, pairs: Sequence[ExpertPair], views: Sequence[ScaffoldView]
 ) -> list[Tensor]:
     """Each pair's distribution over its admissible actions (in `pair.state.admissible`'s order), with
-    the pair's view in the prompt the backend would act on (score mode), all pairs scored in one batch
-    as a rollout's turn is (`LocalPolicy.score_batch_actions`: each system prompt computed once)."""
+    the pair's view in the prompt the backend would act on (score mode), scored as a rollout's turn is
+    (`LocalPolicy.decision_scores`: in one batch with `trainer.rollout_batching`, else one by one)."""
     episodes = [
         Episode(f"gap-{i}", pair.task, view, state=pair.state, history=list(pair.history))
         for i, (pair, view) in enumerate(zip(pairs, views, strict=True))
@@ -83,7 +83,7 @@ def action_distributions(
         backend.policy.chat_split(*backend.prompt_parts(ep, acts))
         for ep, acts in zip(episodes, actions, strict=True)
     ]
-    scores = backend.policy.score_batch_actions(prompts, actions)
+    scores = backend.policy.decision_scores(prompts, actions)
     return [action_distribution(s.double(), backend.spec.policy.temperature) for s in scores]
 
 
