@@ -162,3 +162,39 @@ def test_the_interpreter_is_the_named_one_else_the_venv_beside_this_one(monkeypa
     assert vllm_python() == Path(sys.prefix + "-vllm") / "bin" / "python"
     monkeypatch.setenv("PATS_VLLM_PYTHON", "/opt/vllm/bin/python")
     assert vllm_python() == Path("/opt/vllm/bin/python") and vllm_python(str(python)) == python
+
+
+def test_the_help_says_each_flag_and_its_default():
+    """`pats serve --help` (issue 59, item 13), each text read whole: the command's line in `pats --help`,
+    its description, and each flag's help, default, metavar and type."""
+    import argparse
+
+    from pats.cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = commands.choices["serve"]
+    assert [c.help for c in commands._choices_actions if c.dest == "serve"] == [
+        "serve a model (default: the embedded policy) behind vLLM, for an LLM reviser or judge"
+    ]
+    assert parser.description == (
+        "Serve a model directory (default: the embedded policy, converted once) behind vLLM's "
+        "OpenAI-compatible server, in the foreground, and say the model string and --api-base to use."
+    )
+    assert parser.epilog == serve.EXAMPLES
+    flags = {
+        a.dest: (a.default, a.metavar, a.nargs, a.type, a.help) for a in parser._actions if a.dest != "help"
+    }
+    assert flags == {
+        "model": ("smollm2-135m-instruct", "MODEL", "?", None,
+                  "a model directory or Hugging Face id (default smollm2-135m-instruct, the embedded policy)"),
+        "name": (None, None, None, None,
+                 "the served model's name: hosted_vllm/<name> (default: the directory's name, or the Hugging Face id)"),
+        "host": ("127.0.0.1", None, None, None, "address to listen on (0.0.0.0: other machines too)"),
+        "port": (8000, None, None, int, "port (default 8000)"),
+        "max_model_len": (8192, None, None, int, "context length in tokens (default 8192, the embedded model's)"),
+        "kv_cache_gib": (2, None, None, int, "KV cache of vLLM's CPU build in GiB (default 2)"),
+        "python": (None, None, None, None,
+                   "the interpreter with vLLM (default: $PATS_VLLM_PYTHON, else <venv>-vllm)"),
+        "dry_run": (False, None, 0, None, "print the command line instead of running it"),
+    }  # fmt: skip
+    assert parser.get_default("func") is serve.cmd_serve
