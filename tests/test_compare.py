@@ -171,7 +171,7 @@ def test_the_engine_keeps_each_held_out_games_outcomes(repo, tmp_path):
 
     spec = load_spec(
         repo / "experiments/quickstart.yaml",
-        ["trainer.steps=2", "eval.every=1", "eval.gap_tasks=0", "logging.wandb=disabled",
+        ["trainer.steps=2", "eval.every=1", "eval.with_scaffold=true", "eval.gap_tasks=0", "logging.wandb=disabled",
          "logging.progress=false", f"logging.root={tmp_path}"],
     )  # fmt: skip
     run_dir = run_spec(spec, scripted_trainers())
