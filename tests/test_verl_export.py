@@ -19,7 +19,7 @@ require_verl_or_skip()
 from pats.backends.verl import data as verl_data
 from pats.backends.verl.config import compose
 from pats.backends.verl.export import export_verl
-from pats.backends.verl.launch import write_bundle
+from pats.backends.verl.launch import ALFWORLD_BUILD, write_bundle
 from pats.backends.verl.preflight import FLASH_ATTN_ON
 from pats.cli.main import main
 from pats.errors import PatsError, PrerequisiteError, SpecError
@@ -65,6 +65,53 @@ def run_launch(script: Path, tmp_path: Path, env: dict[str, str], *args: str) ->
     return [(calls / str(i)).read_text().split("\0")[:-1] for i in range(len(list(calls.iterdir())))]
 
 
+def test_the_readme_of_a_no_data_bundle_reads_whole(tmp_path, monkeypatch):
+    """What the bundle's README says, every line, for the small twx spec exported with --no-data and
+    two of the workers' variables set where it was written (launch.sh's defaults)."""
+    monkeypatch.setenv("ALFWORLD_DATA", "/data/alf")
+    monkeypatch.setenv("PATS_DATA", "/data/pats")
+    done = export_verl(load_spec(twx_spec_file(tmp_path)), tmp_path / "out", data=False)
+    [(key, model, here)] = done.absolute  # the model, from this machine's cache
+    assert (key, here) == ("policy.model", True)
+    assert (done.out / "README.md").read_text() == "\n".join(
+        [
+            "# verl-twx: a pats run for verl",
+            "",
+            "Written by `pats export verl`. On the Ray head node (or one GPU node): `bash launch.sh`. Shape: 1 "
+            "node(s) x 1 GPU(s); 3 steps. See pats' docs/verl.md.",
+            "",
+            "- `spec.yaml`: the resolved pats spec; relative paths in it are read beside it.",
+            "- `agent_loops.yaml`: verl's agent-loop registry (pats_agent, pats_validation).",
+            "- `launch.sh`: checks this node (`python3 -m pats.backends.verl.preflight`), then runs `python3 -m "
+            "pats.backends.verl.main` (verl's main_ppo after pats' Ray start and the check of every node) with "
+            "every Hydra override; more overrides go after it (`bash launch.sh trainer.save_freq=5`).",
+            "",
+            "**Task rows not written** (exported with `--no-data`): `launch.sh` writes `train.parquet` and "
+            "`val.parquet` before training, or run `python3 -m pats.backends.verl.data <this folder>` on a node "
+            "with the environment's data.",
+            "",
+            "## What the cluster must provide",
+            "",
+            "- On every node, pats from a clone (the `pats` on PyPI is another project): `pip install -e "
+            "'/path/to/pats[verl]'`.",
+            f"- On every node, {done.needs.lines()[0]}.",
+            "- The attention is picked where the run launches: flash_attention_2 if flash_attn imports there, else "
+            f"PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}.",
+            "- launch.sh checks the GPU-side needs on the node that runs it, then every node of the Ray cluster "
+            "before verl places anything (`PATS_SKIP_PREFLIGHT=head` skips the first alone, e.g. on a head node "
+            "without GPUs; `all` skips both).",
+            f"- `policy.model`: {model} on every node",
+            "- Variables the workers get through Ray's runtime env when set: ALFWORLD_DATA, PATS_DATA, PATS_CACHE; "
+            "launch.sh's defaults (from the exporting machine; the launching shell's values win): "
+            "ALFWORLD_DATA=/data/alf, PATS_DATA=/data/pats.",
+            "- Set in the shell that runs launch.sh when the run needs them: HF_HOME, HF_TOKEN, "
+            "HUGGING_FACE_HUB_TOKEN, HF_ENDPOINT, WANDB_API_KEY, WANDB_BASE_URL. launch.sh hands them to the Ray "
+            "job's runtime env (pats.backends.verl.cluster), never to a file or the config.",
+            "",
+        ]
+    )
+
+
 def test_a_moved_bundle_loads_its_spec_and_finds_the_copied_files(tmp_path):
     bank = pats_bank(tmp_path / "my_bank.json")
     spec_file = twx_spec_file(
@@ -89,8 +136,17 @@ def test_a_moved_bundle_loads_its_spec_and_finds_the_copied_files(tmp_path):
     assert (moved / "files" / "rubric" / "twx.yaml").read_text() == (REPO / "judges" / "twx.yaml").read_text()
     assert "initial_bank: files/initial_bank/my_bank.json" in (moved / "spec.yaml").read_text()
     assert (moved / "train.parquet").is_file() and (moved / "val.parquet").is_file()
-    readme = (moved / "README.md").read_text()
-    assert "copy of" in readme
+    readme = (moved / "README.md").read_text().splitlines()
+    for line in (
+        f"- `files/initial_bank/my_bank.json`: copy of {bank} (`scaffold.initial_bank`)",
+        f"- `files/rubric/twx.yaml`: copy of {REPO / 'judges' / 'twx.yaml'} (`judge.rubric`)",
+        "- `train.parquet`, `val.parquet`: one row per task.",
+        "- Set in the shell that runs launch.sh when the run needs them: HF_HOME, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, "
+        "HF_ENDPOINT, WANDB_API_KEY, WANDB_BASE_URL, OPENAI_API_KEY. launch.sh hands them to the Ray job's "
+        "runtime env (pats.backends.verl.cluster), never to a file or the config.",
+    ):
+        assert line in readme, line
+    readme = "\n".join(readme)
     # The llm judge's key and the run's variables: named, from the launching shell, never in a file.
     assert "HF_TOKEN, HUGGING_FACE_HUB_TOKEN" in readme and "WANDB_API_KEY" in readme
     assert "OPENAI_API_KEY" in readme and "never to a file" in readme
@@ -173,7 +229,18 @@ def test_no_data_exports_where_the_games_are_missing(tmp_path, monkeypatch, caps
     assert "Task rows not written" in (out / "README.md").read_text()
     assert "python3 -m pats.backends.verl.data" in (out / "launch.sh").read_text()
     # The alfworld extra builds two packages from source on every node: the bundle says so.
-    assert "apt-get install build-essential cmake" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text().splitlines()
+    assert f"- On every node, {ALFWORLD_BUILD}." in readme
+    assert "apt-get install build-essential cmake" in ALFWORLD_BUILD
+    assert (
+        f"- `environment.data_dir`: {tmp_path / 'no-games'} on every node (not found where the bundle was written)"
+        in readme
+    )
+    assert not [line for line in readme if "ALFWorld's games" in line]  # data_dir is set
+    # Without data_dir, each node reads the games from its own $ALFWORLD_DATA.
+    assert main(["export", "verl", spec, str(tmp_path / "unset"), "--no-data"]) == 0
+    readme = (tmp_path / "unset" / "README.md").read_text().splitlines()
+    assert "- ALFWorld's games at `$ALFWORLD_DATA` (data_dir is unset)." in readme
     assert "a C/C++ toolchain on every node" in (out / "launch.sh").read_text()
 
 
@@ -243,10 +310,9 @@ def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys
     assert main(["export", "verl", str(spec_file), str(out), "trainer.rollout_engine=vllm"]) == 0
     said = capsys.readouterr().out
     assert "not checked here: verl's check of lora_rank 16" in said and "No module named 'vllm'" in said
-    assert (
-        "Not checked where the bundle was written: verl's check of lora_rank 16"
-        in (out / "README.md").read_text()
-    )
+    [line] = [ln for ln in (out / "README.md").read_text().splitlines() if "lora_rank 16" in ln]
+    assert line.startswith("- Not checked where the bundle was written: verl's check of lora_rank 16 ")
+    assert line.endswith("; the GPU node runs it (launch.sh's preflight requires vllm).")
     # The rest of validate_config still runs: a config it refuses is still refused.
     with pytest.raises(SpecError, match="divisible"):
         export_verl(
@@ -254,7 +320,9 @@ def test_a_lora_spec_on_vllm_exports_where_vllm_does_not_import(tmp_path, capsys
         )
 
 
-def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
+def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path, monkeypatch):
+    for name in ("ALFWORLD_DATA", "PATS_DATA"):  # no defaults for launch.sh
+        monkeypatch.delenv(name, raising=False)
     spec = load_spec(twx_spec_file(tmp_path), ["trainer.rollout_engine=vllm"])
     done = export_verl(spec, tmp_path / "out")
     readme, launch = (done.out / "README.md").read_text(), done.launch.read_text()
@@ -277,6 +345,11 @@ def test_the_bundle_says_how_to_install_pats_and_what_the_nodes_need(tmp_path):
         "- The attention is picked where the run launches: flash_attention_2 if flash_attn imports there, else "
         f"PyTorch's SDPA (nothing to install); {FLASH_ATTN_ON}.",
     ]
+    assert (
+        "- Variables the workers get through Ray's runtime env when set: ALFWORLD_DATA, PATS_DATA, PATS_CACHE; "
+        "launch.sh's defaults (from the exporting machine; the launching shell's values win): none were set."
+        in provide
+    )
 
 
 def test_a_search_qa_export_reads_its_data_under_the_data_root_of_the_node(
@@ -293,7 +366,11 @@ def test_a_search_qa_export_reads_its_data_under_the_data_root_of_the_node(
     assert "corpus: ${data:corpus/flashrag_wiki18_sample_1000.jsonl}" in text
     assert ("environment.train_data.0", "${data:qa/graphrag_r2/popqa/train.parquet}") in done.data_refs
     assert not [path for _, path, _ in done.absolute if path.startswith(str(shared_data))]
-    assert "${data:qa/agentic_rag/nq/test.jsonl}" in (tmp_path / "out" / "README.md").read_text()
+    assert (
+        "- `environment.eval_data.0`: `${data:qa/agentic_rag/nq/test.jsonl}`, under the data root of every node "
+        "(`$PATS_DATA`, which the workers get through Ray's runtime env; default ~/.cache/pats/data)"
+        in (tmp_path / "out" / "README.md").read_text().splitlines()
+    )
 
     # Another node: the bundle moved, the data root elsewhere, its training set smaller than ours.
     import pyarrow.parquet as pq
