@@ -402,4 +402,119 @@ def test_each_bundle_is_printed_once_in_aligned_columns(capsys):
     kinds_end = head.index("kinds/rules") + len("kinds/rules")
     assert all(line[kinds_end - 1] == "-" and line[kinds_end - 2] == " " for line in rows)
     assert "1.00" not in "\n".join(lines)
+    assert [line for line in lines if "valid at the first answer" in line][0].startswith(
+        "rules: valid at the first answer 19/19, after the retry 19/19"
+    ), "one reviser: its totals without a letter"
     assert "scaffold tokens, summed over the 19 bundles, " in "\n".join(lines)
+
+
+def test_each_models_first_fault_names_its_own_flags(tmp_path, capsys):
+    """--model A --compare B, every call of both faulting: each one's first fault printed whole with the
+    flags that set its endpoint (--api-base for A, --compare-api-base for B), both result files named,
+    and the command exits 1 naming both models that scored nothing."""
+    names = [b.name for b in load(SHIPPED, split="heldout")][:2]
+    with ScriptedOpenAIServer([], structured=True) as server:
+        url = server.base_url
+        code = main(["reviser", "bench", "--model", "hosted_vllm/first", "--api-base", server.base_url,
+                     "--compare", "hosted_vllm/second", "--compare-api-base", server.base_url,
+                     "--only", *names, "--out", str(tmp_path)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "error: no bundle was scored by hosted_vllm_first or hosted_vllm_second: every answer was a fault "
+        "(above); exit 1"
+    )
+    for label, flag in (("hosted_vllm_first", "--api-base"), ("hosted_vllm_second", "--compare-api-base")):
+        whole = json.loads((tmp_path / f"{label}.json").read_text())["rows"][0]["error"]
+        said = whole.replace("llm.api_base", flag).replace(
+            "llm.max_retries / llm.timeout_s", "--max-retries / --timeout"
+        )
+        assert said.endswith(f"Check the model, {flag} and the server, or raise --max-retries / --timeout")
+        assert f"{label}: first fault, on {names[0]}: {said}\n" in out
+    assert f"wrote {tmp_path / 'hosted_vllm_first.json'}, {tmp_path / 'hosted_vllm_second.json'}\n" in out
+    llm = json.loads((tmp_path / "hosted_vllm_second.json").read_text())["llm"]
+    assert llm == LLMSpec(model="hosted_vllm/second", api_base=url, temperature=0.0, max_tokens=800,
+                          timeout_s=600.0, max_retries=0, structured="on").model_dump(mode="json"), "as the flags say"  # fmt: skip
+
+
+def test_the_first_fault_printed_is_the_first_bundles(tmp_path, capsys):
+    """A malformed answer on the first bundle, a server error on the second: the first is printed."""
+    names = [b.name for b in load(SHIPPED, split="heldout")][:2]
+    with ScriptedOpenAIServer(["not an edit list"], structured=True) as server:
+        code = main(["reviser", "bench", "--model", "hosted_vllm/scripted", "--api-base", server.base_url,
+                     "--only", *names, "--out", str(tmp_path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1
+    rows = json.loads((tmp_path / "hosted_vllm_scripted.json").read_text())["rows"]
+    assert [r["fault"] for r in rows] == ["malformed", "server_error"]
+    said = (
+        rows[0]["error"]
+        .replace("llm.api_base", "--api-base")
+        .replace("llm.max_retries / llm.timeout_s", "--max-retries / --timeout")
+    )
+    assert "last fault malformed" in said
+    assert [line for line in out.splitlines() if "first fault" in line] == [
+        f"hosted_vllm_scripted: first fault, on {names[0]}: {said}"
+    ]
+
+
+def test_the_check_says_no_schema_probe_when_structured_output_is_set(capsys):
+    with silent_server() as url:
+        code = main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", url, "--check-timeout", "0.5",
+                     "--structured", "on"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 3
+    assert out.splitlines()[-1] == (
+        f"checking hosted_vllm/m at {url}: one short request, waiting up to 0.5 s for its answer "
+        "(--check-timeout); then each bundle's call may wait up to 600 s (--timeout)"
+    )
+
+
+def test_each_refused_flag_is_named_as_written_and_the_problems_joined(capsys):
+    """What LLMSpec refuses in the flags, read whole: each field by the flag that set it (--compare for
+    the compared model's string), every problem on one line."""
+    said = "Value error, 'gpt4' has no provider prefix; write a LiteLLM model string such as 'openai/gpt-4o-mini', 'anthropic/claude-3-5-haiku-latest' or 'hosted_vllm/<model>'"  # fmt: skip
+    for argv, err in [
+        (
+            ["--model", "openai/m", "--max-tokens", "3", "--timeout", "0"],
+            "--max-tokens: Input should be greater than or equal to 16; --timeout: Input should be greater than 0",
+        ),
+        (
+            ["--model", "openai/m", "--max-retries", "-1"],
+            "--max-retries: Input should be greater than or equal to 0",
+        ),
+        (["--model", "gpt4"], f"--model: {said}"),
+        (["--rules", "--compare", "gpt4"], f"--compare: {said}"),
+    ]:
+        assert main(["reviser", "bench", *argv]) == 2
+        assert capsys.readouterr().err == f"error: {err}\n"
+
+
+def test_the_check_without_a_timeout_of_its_own_and_the_structured_output_it_decides(monkeypatch, capsys):
+    """preflight called without check_timeout_s waits the LLM's own timeout and names --timeout; on
+    structured: auto it returns the LLM with the probe's decision (off for a server that refuses the
+    schema), and an LLM whose structured output is set as it is."""
+    from pats.cli.reviser import preflight
+    from pats.errors import PrerequisiteError
+    from pats.lm import probe as probe_module
+    from pats.reviser.prompt import ReviserSettings
+
+    monkeypatch.setattr(probe_module, "_STRUCTURED", {})
+    settings = ReviserSettings(min_citations=2)
+    with silent_server() as url:
+        llm = LLMSpec(model="hosted_vllm/m", api_base=url, timeout_s=1.0, max_retries=0, structured="off")
+        with pytest.raises(PrerequisiteError) as info:
+            preflight(llm, settings)
+    assert str(info.value) == (
+        f"the reviser (hosted_vllm/m at {url}): no answer from the server within --timeout=1s (1 attempt(s)): "
+        "check the server, or raise --timeout"
+    )
+    assert capsys.readouterr().out == (
+        f"checking hosted_vllm/m at {url}: one short request, waiting up to 1 s for its answer "
+        "(--check-timeout); then each bundle's call may wait up to 1 s (--timeout)\n"
+    )
+    with ScriptedOpenAIServer() as server:  # a server that refuses response_format
+        auto = LLMSpec(model="hosted_vllm/no-schema", api_base=server.base_url)
+        assert preflight(auto, settings, check_timeout_s=5.0) == auto.model_copy(update={"structured": "off"})
+        fixed = auto.model_copy(update={"structured": "on"})
+        assert preflight(fixed, settings, check_timeout_s=5.0) is fixed
