@@ -124,6 +124,34 @@ def test_an_unreachable_server_is_refused_with_the_flag_to_fix(capsys):
     assert "cannot connect to the server" in err and "start the server or fix --api-base" in err
 
 
+def test_the_compared_models_failed_check_names_the_compare_flags(capsys):
+    """--compare's model unreachable: its check stops the bench naming --compare-api-base, the flag
+    that sets its endpoint, not --api-base (the first reviser's)."""
+    url = "http://127.0.0.1:9/v1"
+    code = main(["reviser", "bench", "--rules", "--compare", "hosted_vllm/m", "--compare-api-base", url,
+                 "--timeout", "5"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 3
+    assert err.startswith(f"error: the reviser (hosted_vllm/m at {url}): cannot connect to the server")
+    assert err.endswith(": start the server or fix --compare-api-base")
+
+
+def test_a_program_file_not_there_is_refused_whole(tmp_path, capsys):
+    missing = tmp_path / "no-such.json"
+    code = main(["reviser", "bench", "--model", "hosted_vllm/m", "--api-base", "http://127.0.0.1:9/v1",
+                 "--program", str(missing)])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {missing}: no such program file (compile one with `pats compile-reviser`)"
+    )
+
+
+def test_the_bench_says_how_many_bundles_of_which_split_and_from_where(tmp_path, capsys):
+    save(load(SHIPPED, split="train")[:3], tmp_path)
+    assert main(["reviser", "bench", "--rules", "--bundles", str(tmp_path), "--split", "train"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"3 train bundles from {tmp_path}"
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
