@@ -26,7 +26,7 @@ TINY = [
     "eval.num_tasks=2",
     "eval.every=2",
     "eval.with_scaffold=false",  # every eval- episode is then a deployment episode (no scaffold view)
-    "eval.gap_tasks=4",  # the likelihood gap, which the quickstart itself leaves out for time
+    "eval.gap_tasks=4",  # the likelihood gap the checks below read, not left to the quickstart's default
     # One greedy evaluation at the end, as these checks count it: the quickstart's own now also plays
     # sampled episodes before training (tests/test_heldout_summary.py checks that).
     "eval.at_start=false",
