@@ -440,27 +440,32 @@ def test_each_models_first_fault_names_its_own_flags(tmp_path, capsys):
     """--model A --compare B, every call of both faulting: each one's first fault printed whole with the
     flags that set its endpoint (--api-base for A, --compare-api-base for B), both result files named,
     and the command exits 1 naming both models that scored nothing."""
+    results = tmp_path / "results" / "bench"  # made, with its parent
     names = [b.name for b in load(SHIPPED, split="heldout")][:2]
     with ScriptedOpenAIServer([], structured=True) as server:
         url = server.base_url
         code = main(["reviser", "bench", "--model", "hosted_vllm/first", "--api-base", server.base_url,
                      "--compare", "hosted_vllm/second", "--compare-api-base", server.base_url,
-                     "--only", *names, "--out", str(tmp_path)])  # fmt: skip
+                     "--only", *names, "--out", str(results)])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 1
+    rows = [line for line in out.splitlines() if line.startswith(("1/2 ", "2/2 "))]
+    assert len(rows) == 2 and all(line.count(" | ") == 2 for line in rows), "each bundle's line has both"
     assert err.strip().splitlines()[-1] == (
         "error: no bundle was scored by hosted_vllm_first or hosted_vllm_second: every answer was a fault "
         "(above); exit 1"
     )
     for label, flag in (("hosted_vllm_first", "--api-base"), ("hosted_vllm_second", "--compare-api-base")):
-        whole = json.loads((tmp_path / f"{label}.json").read_text())["rows"][0]["error"]
+        whole = json.loads((results / f"{label}.json").read_text())["rows"][0]["error"]
         said = whole.replace("llm.api_base", flag).replace(
             "llm.max_retries / llm.timeout_s", "--max-retries / --timeout"
         )
         assert said.endswith(f"Check the model, {flag} and the server, or raise --max-retries / --timeout")
         assert f"{label}: first fault, on {names[0]}: {said}\n" in out
-    assert f"wrote {tmp_path / 'hosted_vllm_first.json'}, {tmp_path / 'hosted_vllm_second.json'}\n" in out
-    llm = json.loads((tmp_path / "hosted_vllm_second.json").read_text())["llm"]
+    assert f"wrote {results / 'hosted_vllm_first.json'}, {results / 'hosted_vllm_second.json'}\n" in out
+    written = (results / "hosted_vllm_second.json").read_text()
+    assert written.startswith('{\n "') and written.endswith("}\n"), "indented by one space, a line's end"
+    llm = json.loads(written)["llm"]
     assert llm == LLMSpec(model="hosted_vllm/second", api_base=url, temperature=0.0, max_tokens=800,
                           timeout_s=600.0, max_retries=0, structured="on").model_dump(mode="json"), "as the flags say"  # fmt: skip
 
