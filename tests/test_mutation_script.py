@@ -3,16 +3,11 @@ $TMPDIR: what it passes those runs that the copy cannot find for itself."""
 
 from __future__ import annotations
 
-import importlib.util
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutation"
-_loader = SourceFileLoader("mutation_script", str(SCRIPT))  # a script without .py: loaded by path
-_spec = importlib.util.spec_from_loader(_loader.name, _loader)
-assert _spec is not None
-mutation = importlib.util.module_from_spec(_spec)
-_loader.exec_module(mutation)
+from pats.testing.scripts import load_script
+
+mutation = load_script(Path(__file__).resolve().parents[1] / "scripts" / "mutation", "mutation_script")
 
 
 def test_the_mutants_tests_find_the_shared_data_the_work_copy_has_not(tmp_path):

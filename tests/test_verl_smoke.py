@@ -10,12 +10,12 @@ import json
 import os
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
 import pytest
 
 from pats.backends.verl.preflight import Gpu
+from pats.testing.scripts import load_script
 from pats.testing.verl import require_verl_or_skip
 
 require_verl_or_skip()
@@ -28,7 +28,7 @@ FLASH = "++actor_rollout_ref.model.override_config.attn_implementation=flash_att
 
 
 def smoke_module():
-    return SourceFileLoader("verl_smoke", str(SCRIPT)).load_module()
+    return load_script(SCRIPT, "verl_smoke")
 
 
 def run_smoke(tmp_path: Path, *args: str, nvidia_smi: str | None = None) -> subprocess.CompletedProcess:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
+from pats.testing.scripts import load_script
 from pats.testing.verl import require_verl_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_without_pats_it_runs_again_with_the_clones_venv(tmp_path):
 
 def test_a_dry_runs_install_line_says_differs_not_failed(tmp_path, capsys):
     require_verl_or_skip()
-    smoke = SourceFileLoader("verl_smoke", str(SCRIPT)).load_module()
+    smoke = load_script(SCRIPT, "verl_smoke")
     checks = {name: smoke.Check(name) for name in smoke.CHECKS}
     checks["install"] = smoke.Check("install", False, 1.0, "route cuda13 (--route): vllm is not installed")
     checks["plan"] = smoke.Check("plan", True, 8.0, "peak 46.4 GB (rollout) of 85 GB: fits")
