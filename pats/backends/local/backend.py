@@ -190,8 +190,6 @@ class LocalBackend:
                 tokens = len(self.policy.action_ids(action))
                 out.append(Act(action, action, prompt_tokens=len(prompt), response_tokens=tokens))
             return out
-        if not self.policy.trainer.rollout_batching:  # nothing split off: generate_batch runs whole prompts
-            split = [([], prompt) for prompt in prompts]
         outputs = self.policy.generate_batch(split, self.spec.policy.max_new_tokens, greedy, prefixes)
         out = []
         for seat, prompt, response, acts in zip(live, prompts, outputs, admissible, strict=True):

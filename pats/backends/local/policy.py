@@ -304,13 +304,14 @@ class LocalPolicy:
         greedy: bool,
         store: PrefixStore | None = None,
     ) -> list[list[int]]:
-        """`generate` for prompts as (shared prefix, rest) from `chat_split`: each distinct prefix's
-        keys/values computed once (and kept in `store` for later turns, valid while the weights stay
+        """`generate` for prompts as (shared prefix, rest) from `chat_split`: with
+        `trainer.rollout_batching`, each distinct prefix's keys/values computed once (and kept in `store` for later turns, valid while the weights stay
         the same), so only the rests and the new tokens run here. A row is laid out as
         [its prefix, padding up to the longest prefix | padding, its rest]; the mask hides the padding
         and position ids follow the mask, so each row continues its own prompt as `generate` would."""
         heads = [tuple(h) for h, _ in prompts]
-        if not any(heads) or not supports_batching(self.model):  # nothing to reuse, or masks it can't take
+        # Nothing to reuse, masks the model can't take, or `trainer.rollout_batching` off: whole prompts.
+        if not any(heads) or not supports_batching(self.model) or not self.trainer.rollout_batching:
             return self.generate([[*h, *r] for h, r in prompts], max_new_tokens, greedy)
         store = PrefixStore() if store is None else store
         decoder = self.model.get_decoder()
