@@ -49,5 +49,33 @@ def test_a_pats_error_is_one_line_on_stderr_and_its_exit_code(capsys):
     assert main(["sweep", "status", "a", "b"]) == 2
     assert capsys.readouterr() == (
         "",
-        "error: 1 problem in the spec\n  <top level>: give one sweep folder: pats sweep status runs/sweeps/NAME\n",
+        "error: give one sweep folder: pats sweep status runs/sweeps/NAME\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--parallel", "0", "QUICKSTART"],
+            "--parallel 0: give the number of cells to run at once, 1 or more",
+        ),
+        (["--parallel", "2", "--cpus", "2", "QUICKSTART"], "--parallel N runs on a local Ray and shares"),
+        (["SWEEP", "SWEEP"], "give one sweep file, not 2"),
+        (
+            ["trainer.lr=1e-3"],
+            "no spec file given; e.g. `pats sweep experiments/quickstart.yaml --seeds 0-1`",
+        ),
+        (["QUICKSTART", "--seeds", "0-1", "seed=2"], "give the seeds once: --seeds or seed=..., not both"),
+    ],
+    ids=["parallel-0", "parallel-with-cpus", "two-sweep-files", "no-spec", "seeds-twice"],
+)
+def test_a_sweeps_arguments_that_cannot_run_are_a_usage_error_not_a_spec_problem(
+    args, message, repo, sweep_file, capsys
+):
+    """No spec is at fault when the command line itself cannot run: the error is the message alone
+    (it read "1 problem in the spec / <top level>: ..." before), with a spec problem's exit code."""
+    given = {"QUICKSTART": str(repo / "experiments/quickstart.yaml"), "SWEEP": str(sweep_file)}
+    assert main(["sweep", *(given.get(a, a) for a in args), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and "problem in the spec" not in err

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pats.errors import SpecError
+from pats.errors import UsageError
 
 EXAMPLES = """examples:
   pats sweep experiments/ablations/no_removal.yaml experiments/baselines/grpo.yaml --seeds 0-3 trainer.steps=32
@@ -69,10 +69,12 @@ def sweep_from_args(args: argparse.Namespace):
 
     if args.parallel is not None:
         if args.parallel < 1:
-            raise SpecError(f"--parallel {args.parallel}: give the number of cells to run at once, 1 or more")
+            raise UsageError(
+                f"--parallel {args.parallel}: give the number of cells to run at once, 1 or more"
+            )
         if args.ray not in (None, "local") or args.cpus is not None or args.gpus is not None:
-            raise SpecError("--parallel N runs on a local Ray and shares this machine between N cells: give "
-                            "it without --ray ADDRESS, --cpus and --gpus (or give those without --parallel)")  # fmt: skip
+            raise UsageError("--parallel N runs on a local Ray and shares this machine between N cells: give "
+                             "it without --ray ADDRESS, --cpus and --gpus (or give those without --parallel)")  # fmt: skip
     paths, overrides = _split_args(args.items)
     options = {k: getattr(args, k) for k in ("name", "root", "cpus", "gpus", "memory")}
     return sweep_of(paths, overrides, args.seeds, {k: v for k, v in options.items() if v is not None})
@@ -89,11 +91,11 @@ def sweep_of(
 
     files = [p for p in paths if is_sweep_file(p)]
     if len(files) > 1:
-        raise SpecError(f"give one sweep file, not {len(files)}: {files}")
+        raise UsageError(f"give one sweep file, not {len(files)}: {files}")
     base: dict[str, Any] = load_sweep_file(files[0]).model_dump() if files else {"specs": ()}
     specs = [*base["specs"], *(p for p in paths if p not in files)]
     if not specs:
-        raise SpecError("no spec file given; e.g. `pats sweep experiments/quickstart.yaml --seeds 0-1`")
+        raise UsageError("no spec file given; e.g. `pats sweep experiments/quickstart.yaml --seeds 0-1`")
     given = split_multirun(overrides)
     singles = {o.partition("=")[0].strip() for o in given.overrides}
     grid = {k: v for k, v in base.get("grid", {}).items() if k not in singles} | given.grid
@@ -104,7 +106,7 @@ def sweep_of(
         "grid": grid,
     }
     if seeds and given.seeds:
-        raise SpecError("give the seeds once: --seeds or seed=..., not both")
+        raise UsageError("give the seeds once: --seeds or seed=..., not both")
     if seeds or given.seeds:
         section["seeds"] = parse_seeds(seeds) if seeds else given.seeds
     return validated(section | (options or {}), files[0] if files else "pats sweep")
@@ -142,6 +144,6 @@ def cmd_status(items: list[str]) -> int:
     from pats.sweep.status import status_table
 
     if len(items) != 1:
-        raise SpecError("give one sweep folder: pats sweep status runs/sweeps/NAME")
+        raise UsageError("give one sweep folder: pats sweep status runs/sweeps/NAME")
     print(status_table(Path(items[0])))
     return 0
