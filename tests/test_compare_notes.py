@@ -172,6 +172,26 @@ def test_conditions_with_the_same_scaffold_history_in_a_seed_are_one_result_ther
     ]
 
 
+def test_a_run_still_going_is_not_called_alike_for_the_history_it_has_not_written(tmp_path, repo):
+    """Stage 2's grid, read while it ran: a scaffold condition one step in had only the bank it started
+    from, as the fixed-bank condition has all run, and the note called the two one result. A pair is
+    compared once both did every step."""
+    craft(tmp_path, repo, "static-s0", 0, "pats", games("11"), guidance="the bank")
+    craft(
+        tmp_path, repo, "loop-s0", 0, "pats", games("11"), guidance="the bank", steps=[{"train/success": 0.5}]
+    )
+    notes = compared(tmp_path).notes
+    assert not [n for n in notes if ALIKE in n or n == DIFFER]
+    assert "loop-s0: 1 of 3 steps done (still going or stopped)." in notes
+    craft(tmp_path / "done", repo, "static-s0", 0, "pats", games("11"), guidance="the bank")
+    craft(tmp_path / "done", repo, "loop-s0", 0, "pats", games("11"), guidance="the bank")
+    assert [n for n in compared(tmp_path / "done").notes if ALIKE in n] == [
+        "loop and static trained alike in seed 0: the same environment, policy, trainer and warm start, and "
+        "the same scaffold history (the same versions at the same steps, or none), so there they are one "
+        "result, not two (`pats scaffold CELL` shows a cell's versions)."
+    ]
+
+
 def test_a_history_differs_by_the_step_a_version_came_at_too(tmp_path, repo):
     craft(tmp_path, repo, "pats-s0", 0, "pats", games("11"), guidance="explore first")
     late = craft(tmp_path, repo, "later-s0", 0, "pats", games("11"), guidance="explore first")

@@ -142,15 +142,19 @@ def history_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
     """Conditions that trained alike in a seed: the same environment, policy, trainer and warm start, and
     the same scaffold history (every version's step and content, or none at all), so the policy was
     shown the same prompts there whatever else their specs say: one result, not two. When every such
-    pair differs, a note says so, as the check a comparison of methods rests on."""
+    pair differs, a note says so, as the check a comparison of methods rests on. Only runs that did
+    every step are compared: a run still going has not written the rest of its history (run_notes names
+    it)."""
     notes = []
     compared = 0  # (pair, seed) with the same setup: whose histories tell whether the pair differed
     names = list(groups)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            theirs = {r.seed: r for r in groups[b]}
+            theirs = {r.seed: r for r in groups[b] if _finished(r)}
             same = [
-                (r, theirs[r.seed]) for r in groups[a] if r.seed in theirs and r.setup == theirs[r.seed].setup
+                (r, theirs[r.seed])
+                for r in groups[a]
+                if _finished(r) and r.seed in theirs and r.setup == theirs[r.seed].setup
             ]
             compared += len(same)
             alike = sorted(r.seed for r, t in same if r.scaffold_history == t.scaffold_history)
@@ -166,6 +170,10 @@ def history_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
             "policy different scaffold histories in each seed they share."
         )
     return notes
+
+
+def _finished(run: RunRecord) -> bool:
+    return run.steps_done >= run.steps_planned
 
 
 def run_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
