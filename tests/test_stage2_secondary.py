@@ -5,11 +5,14 @@ left out."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from bench.studies import stage2_secondary as secondary
-from pats.logging.events import EventLog
-from pats.sweep.record import CellStatus, write_status
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for bench.*
+
+from bench.studies import stage2_secondary as secondary  # noqa: E402
+from pats.logging.events import EventLog  # noqa: E402
+from pats.sweep.record import CellStatus, write_status  # noqa: E402
 
 
 def cell(
