@@ -1,8 +1,10 @@
-"""Stage 2's secondary reads (docs/journal/2026-12-06-stage2.md, "Secondary, read and not tested"), from
-the committed grid cells alone (no play): per condition, each seed's and their mean.
+"""Besides the endpoints, what did each Stage 2 cell's training do: how often were its groups shown a
+plan and informative, how did the probes fare, what did the loop edit, and how did the expert actions'
+likelihood move? The statement's secondary reads (docs/journal/2026-12-06-stage2.md, "Secondary, read
+and not tested"), from the committed grid cells alone (no play), per cell:
 
 - training: success of the scaffolded rollouts and of the probes (`none`: every rollout), informative
-  groups, and those of the groups shown a plan and of the rest (coverage classes);
+  groups, and those of the groups shown a plan (the plan coverage class);
 - guidance: the share of groups shown a plan, plan steps shown, plans cut; edits by kind (ADD, UPDATE,
   DELETE: removals) and the scaffold's last size;
 - the expert actions' likelihood (`eval.gap_tasks` pool games): mean NLL without the scaffold at the
@@ -14,6 +16,8 @@ The endpoints and their intervals are `pats compare`'s; this reads, it does not 
 
     python bench/studies/stage2_secondary.py                 # prints the tables (markdown)
     python bench/studies/stage2_secondary.py --cells DIR      # another grid folder
+
+Writes bench/results/stage2_secondary.md (what it prints).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pats.logging.events import EvalEvent, StepEndEvent, read_events  # noqa: E4
 from pats.sweep.record import read_status  # noqa: E402
 
 GRID = RESULTS / "sweeps" / "stage2"
+OUT = RESULTS / "stage2_secondary.md"
 CONDITIONS = ("stage2-none", "stage2-static-expert", "stage2-pats-expert")
 
 
@@ -142,13 +147,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cells", type=Path, default=GRID, help="the grid folder (default: %(default)s)")
     args = parser.parse_args(argv)
-    read = cells(args.cells)
-    print(f"Stage 2, secondary reads: {len(read)} finished cells of {args.cells}\n")
-    print(table(read))
-    print("\nWith-line check (dev 320-335, 4 episodes a game):\n")
     from bench.studies.stage2_with_line import report
 
-    print(report())
+    read = cells(args.cells)
+    text = (
+        f"Stage 2, secondary reads: {len(read)} finished cells of {args.cells}\n\n{table(read)}\n\n"
+        f"With-line check (dev 320-335, 4 episodes a game):\n\n{report()}\n"
+    )
+    print(text, end="")
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
