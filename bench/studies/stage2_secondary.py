@@ -69,8 +69,9 @@ def _mean(rows: list[dict[str, float]], key: str) -> float | None:
 def read_cell(folder: Path) -> Cell:
     name = folder.name
     condition, _, seed = name.rpartition("-s")
-    steps = [e.metrics for e in read_events(folder / "events.jsonl", StepEndEvent)]
-    evals = read_events(folder / "events.jsonl", EvalEvent)
+    events = read_events(folder / "events.jsonl")  # read once: the step ends and the evaluations
+    steps = [e.metrics for e in events if isinstance(e, StepEndEvent)]
+    evals = [e for e in events if isinstance(e, EvalEvent)]
     start = next((e.metrics for e in evals if e.step < 0), {})
     end = next((e.metrics for e in reversed(evals) if e.step >= 0), {})
     scaffolded = "train_with_scaffold/success" if condition != "stage2-none" else "train/success"
@@ -99,16 +100,12 @@ def cells(grid: Path) -> list[Cell]:
     """Every finished cell of the grid, the untrained NLL copied from its seed's none cell."""
     read = [read_cell(f) for f in sorted(grid.iterdir()) if _finished(f)]
     start = {c.seed: c.nll_start for c in read if c.nll_start is not None}
-    return [c if c.nll_start is not None else _with_start(c, start.get(c.seed)) for c in read]
+    return [c if c.nll_start is not None else replace(c, nll_start=start.get(c.seed)) for c in read]
 
 
 def _finished(folder: Path) -> bool:
     status = read_status(folder)
     return status is not None and status.status == "finished"
-
-
-def _with_start(cell: Cell, nll: float | None) -> Cell:
-    return replace(cell, nll_start=nll)
 
 
 def _f(value: float | None, digits: int = 3) -> str:

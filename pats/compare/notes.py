@@ -182,7 +182,7 @@ def run_notes(groups: Mapping[str, Sequence[RunRecord]]) -> list[str]:
     notes = []
     runs = [r for rs in groups.values() for r in rs]
     for r in runs:
-        if r.steps_done < r.steps_planned:
+        if not _finished(r):
             notes.append(
                 f"{r.run_dir.name}: {r.steps_done} of {r.steps_planned} steps done (still going or stopped)."
             )

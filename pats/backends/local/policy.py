@@ -305,8 +305,9 @@ class LocalPolicy:
         store: PrefixStore | None = None,
     ) -> list[list[int]]:
         """`generate` for prompts as (shared prefix, rest) from `chat_split`: with
-        `trainer.rollout_batching`, each distinct prefix's keys/values computed once (and kept in `store` for later turns, valid while the weights stay
-        the same), so only the rests and the new tokens run here. A row is laid out as
+        `trainer.rollout_batching`, each distinct prefix's keys/values computed once (and kept in
+        `store` for later turns, valid while the weights stay the same), so only the rests and the new
+        tokens run here. A row is laid out as
         [its prefix, padding up to the longest prefix | padding, its rest]; the mask hides the padding
         and position ids follow the mask, so each row continues its own prompt as `generate` would."""
         heads = [tuple(h) for h, _ in prompts]
