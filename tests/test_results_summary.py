@@ -326,18 +326,22 @@ def read_sense(path: Path, args: list[str]) -> Reading:
 
 
 def read_sweep(path: Path, args: list[str]) -> Reading:
-    """A sweep folder read as `pats compare` reads it: ARGS[0] the baseline, ARGS[1] the conditions
-    whose difference to it is the endpoint (comma-separated); the stated pass, each difference >= +0.05
-    with its interval excluding 0 (docs/journal/2026-12-05-stage1.md). Every row's rates (without the
-    scaffold and with it), reliance gap and difference, and the protocol, are numbers the row may
-    quote."""
+    """A sweep folder read as `pats compare` reads it: ARGS in pairs, a baseline and the conditions
+    whose difference to it is an endpoint (comma-separated), e.g. `stage2-none stage2-static-expert,
+    stage2-pats-expert stage2-static-expert stage2-pats-expert` for three endpoints against two
+    baselines; the stated pass, each difference >= +0.05 with its interval excluding 0
+    (docs/journal/2026-12-05-stage1.md). The verdict is the endpoints' one verdict, "mixed" when they
+    differ. Every row's rates (without the scaffold and with it), reliance gap and difference, and the
+    protocol, are numbers the row may quote."""
     from pats.compare.runs import read_run, run_dirs
     from pats.compare.table import compare
     from pats.spec import load_spec
 
+    assert args and len(args) % 2 == 0, f"sweep {path.name}: ARGS are pairs BASELINE CONDITIONS, got {args}"
+    endpoints = {(b, c) for b, cs in zip(args[::2], args[1::2], strict=True) for c in cs.split(",")}
     r = Reading(criterion={"+0.05", "0"})
     dirs = run_dirs([path])
-    table = compare([read_run(d) for d in dirs], [args[0]])
+    table = compare([read_run(d) for d in dirs], list(dict.fromkeys(args[::2])))
     for d in dirs:  # the protocol: pool, steps, groups, held-out games and episodes
         spec = load_spec(d / "spec.yaml")
         held = spec.eval_tasks()
@@ -351,14 +355,16 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
         if row.reliance_gap is not None:
             r.interval(row.reliance_gap.interval, signed=True)
         r.ints(len(row.seeds), row.episodes, *(n for _, n in row.games))
-    verdicts = set()
+    verdicts, found = set(), set()
     for d in table.differences:
         said = r.interval(d.difference.interval, signed=True)  # the untrained row's too
-        if d.condition in args[1].split(","):
+        if (d.baseline, d.condition) in endpoints:
+            found.add((d.baseline, d.condition))
             r.must += said
             for _, v in d.difference.per_seed:
                 r.signed(v)
             verdicts.add(_difference_verdict(d.difference.interval, 0.05))
+    assert found == endpoints, f"sweep {path.name}: no difference for {sorted(endpoints - found)}"
     r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed"
     return r
 
@@ -533,3 +539,14 @@ def test_a_folded_run_never_sets_the_verdict():
     swapped = Row(list(row.cells), [row.data[-1], *row.data[:-1]], row.journal)
     with pytest.raises(AssertionError, match="must show"):
         check_row(swapped)
+
+
+def test_a_sweep_endpoint_that_is_not_in_the_sweep_is_refused():
+    """A sweep link names its endpoints as (baseline, conditions) pairs; a pair `pats compare` did not
+    give (a misspelt or absent condition) fails the row instead of leaving that endpoint unread."""
+    stage1 = REPO / "bench" / "results" / "sweeps" / "stage1"
+    assert read_sweep(stage1, ["stage1-none", "stage1-pats-expert"]).verdict == "not resolved"
+    with pytest.raises(AssertionError, match="no difference for"):
+        read_sweep(stage1, ["stage1-none", "stage1-pats-expert", "stage1-pats", "stage1-pats-expertt"])
+    with pytest.raises(AssertionError, match="pairs"):
+        read_sweep(stage1, ["stage1-none", "stage1-pats-expert", "stage1-pats"])
