@@ -330,8 +330,9 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
     whose difference to it is an endpoint (comma-separated), e.g. `stage2-none stage2-static-expert,
     stage2-pats-expert stage2-static-expert stage2-pats-expert` for three endpoints against two
     baselines; the stated pass, each difference >= +0.05 with its interval excluding 0
-    (docs/journal/2026-12-05-stage1.md). The verdict is the endpoints' one verdict, "mixed" when they
-    differ. Every row's rates (without the scaffold and with it), reliance gap and difference, and the
+    (docs/journal/2026-12-05-stage1.md). The verdict is the endpoints' one verdict when they agree;
+    "mixed" when some pass and some do not; "fail" when none passes and one fails (resolved below the
+    bar), the others not resolved. Every row's rates (without the scaffold and with it), reliance gap and difference, and the
     protocol, are numbers the row may quote."""
     from pats.compare.runs import read_run, run_dirs
     from pats.compare.table import compare
@@ -365,7 +366,7 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
                 r.signed(v)
             verdicts.add(_difference_verdict(d.difference.interval, 0.05))
     assert found == endpoints, f"sweep {path.name}: no difference for {sorted(endpoints - found)}"
-    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed"
+    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed" if "pass" in verdicts else "fail"
     return r
 
 
@@ -550,3 +551,18 @@ def test_a_sweep_endpoint_that_is_not_in_the_sweep_is_refused():
         read_sweep(stage1, ["stage1-none", "stage1-pats-expert", "stage1-pats", "stage1-pats-expertt"])
     with pytest.raises(AssertionError, match="pairs"):
         read_sweep(stage1, ["stage1-none", "stage1-pats-expert", "stage1-pats"])
+
+
+def test_endpoints_that_fail_or_resolve_nothing_make_a_row_that_fails_not_a_mixed_one():
+    """Stage 2: two endpoints resolved below 0 and one whose interval reaches 0; none passes, so the row
+    fails ("mixed" is for a row some of whose endpoints pass)."""
+    stage2 = REPO / "bench" / "results" / "sweeps" / "stage2"
+    assert read_sweep(stage2, ["stage2-static-expert", "stage2-pats-expert"]).verdict == "not resolved"
+    assert read_sweep(stage2, ["stage2-none", "stage2-static-expert,stage2-pats-expert"]).verdict == "fail"
+    both = [
+        "stage2-none",
+        "stage2-static-expert,stage2-pats-expert",
+        "stage2-static-expert",
+        "stage2-pats-expert",
+    ]
+    assert read_sweep(stage2, both).verdict == "fail"
