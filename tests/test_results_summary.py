@@ -89,6 +89,13 @@ def _difference_verdict(d: Interval, target: float) -> str:
     return "pass" if d.lo > 0 and d.estimate >= target else "fail"
 
 
+def _endpoints_verdict(verdicts: set[str]) -> str:
+    """A row of several held-out comparisons (each `_difference_verdict`): their one verdict when they
+    agree; "mixed" when some pass and some do not; "fail" when none passes and one fails (resolved
+    below the bar), the others not resolved."""
+    return verdicts.pop() if len(verdicts) == 1 else "mixed" if "pass" in verdicts else "fail"
+
+
 def read_pilot_heldout(path: Path, args: list[str]) -> Reading:
     """bench/studies/pilot.py's held-out test: the trained cells ARGS[0]-s<seed> against untrained-s<seed> on
     the same dev games and sampling seeds; target +0.05 (issue 34)."""
@@ -160,7 +167,7 @@ def read_demonstration(path: Path, args: list[str]) -> Reading:
         verdicts.add(_difference_verdict(d.interval, 0.05))
     p = cells[0]["protocol"]
     r.ints(len({c["seed"] for c in cells}), p["pool"], p["steps"], p["samples"], p["heldout"] * len(keys))
-    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed"
+    r.verdict = _endpoints_verdict(verdicts)
     return r
 
 
@@ -330,10 +337,9 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
     whose difference to it is an endpoint (comma-separated), e.g. `stage2-none stage2-static-expert,
     stage2-pats-expert stage2-static-expert stage2-pats-expert` for three endpoints against two
     baselines; the stated pass, each difference >= +0.05 with its interval excluding 0
-    (docs/journal/2026-12-05-stage1.md). The verdict is the endpoints' one verdict when they agree;
-    "mixed" when some pass and some do not; "fail" when none passes and one fails (resolved below the
-    bar), the others not resolved. Every row's rates (without the scaffold and with it), reliance gap and difference, and the
-    protocol, are numbers the row may quote."""
+    (docs/journal/2026-12-05-stage1.md); the verdict `_endpoints_verdict`'s. Every row's rates (without
+    the scaffold and with it), reliance gap and difference, and the protocol, are numbers the row may
+    quote."""
     from pats.compare.runs import read_run, run_dirs
     from pats.compare.table import compare
     from pats.spec import load_spec
@@ -366,7 +372,7 @@ def read_sweep(path: Path, args: list[str]) -> Reading:
                 r.signed(v)
             verdicts.add(_difference_verdict(d.difference.interval, 0.05))
     assert found == endpoints, f"sweep {path.name}: no difference for {sorted(endpoints - found)}"
-    r.verdict = verdicts.pop() if len(verdicts) == 1 else "mixed" if "pass" in verdicts else "fail"
+    r.verdict = _endpoints_verdict(verdicts)
     return r
 
 
