@@ -256,3 +256,11 @@ def test_top_layers_puts_adapters_on_the_last_layers_only(tiny_model_dir):
     assert names and all(".layers.1." in n for n in names), names
     with pytest.raises(BackendError, match="top_layers is 3 .* 2 layers"):
         LocalPolicy(PolicySpec(model=str(tiny_model_dir), lora=LoraSpec(top_layers=3)), trainer, seed=0)
+
+
+def test_on_a_cpu_the_policy_trains_with_the_recomputed_attention(policy):
+    """Its passes with gradients skip torch's slow CPU flash-attention backward (attention.py)."""
+    from pats.backends.local import attention
+
+    assert policy.model.config._attn_implementation == attention.NAME
+    assert attention.takes_boolean_mask(policy.model)

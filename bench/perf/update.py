@@ -13,7 +13,9 @@ Score mode (the default):
 - `prefix-keep`: `prefix` keeping the prefix pass's activations through its group's passes instead of
   recomputing them in backward (`sharing.RECOMPUTE_PREFIX`, issue 25);
 - `prefix-untrimmed`: `prefix` without `malloc_trim` after each backward pass (memory.py);
-- `prefix-half`: `prefix` with half as many suffix tokens per pass (`sharing.PASS_TOKENS`).
+- `prefix-half`: `prefix` with half as many suffix tokens per pass (`sharing.PASS_TOKENS`);
+- `prefix-flash`: `prefix` with torch's SDPA (flash attention on a CPU) in the passes with gradients
+  instead of the recomputed math core (`attention.RECOMPUTED`), as before 2026-12-07.
 Generate mode (`--action generate`, `--new-tokens` per turn): `whole` (each sequence whole,
 `trainer.micro_batch` per pass), `prefix` (the prefix once, the rests of prompt and response against
 it), both `+top8`, and `prefix-cast`.
@@ -49,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: `b
 
 from bench.common import RESULTS, action_overrides, add_action_flags, write_result
 from bench.perf.flops import MODEL_SHAPE, counted_gflop, matmul_gflops
-from pats.backends.local import sharing, training
+from pats.backends.local import attention, sharing, training
 from pats.backends.local.backend import LocalBackend
 from pats.backends.local.items import ChoiceItem
 from pats.backends.local.memory import release_free_memory
@@ -112,6 +114,7 @@ def main() -> None:
         "prefix-keep": (backend.policy, True),
         "prefix-untrimmed": (backend.policy, True),
         "prefix-half": (backend.policy, True),
+        "prefix-flash": (backend.policy, True),
     }
     if args.only:
         unknown = [name for name in args.only if name not in variants]
@@ -125,6 +128,7 @@ def main() -> None:
         "prefix/prefix-keep": ("prefix", "prefix-keep"),
         "prefix/prefix-untrimmed": ("prefix", "prefix-untrimmed"),
         "prefix-half/prefix": ("prefix-half", "prefix"),
+        "prefix/prefix-flash": ("prefix", "prefix-flash"),
     }
     pairs = {pair: (a, b) for pair, (a, b) in pairs.items() if a in variants and b in variants}
 
@@ -138,6 +142,7 @@ def main() -> None:
             # (ignore: the method is shadowed on this instance for one variant; `finally` removes it)
             policy.bf16_weights = nullcontext  # type: ignore[method-assign]
         sharing.RECOMPUTE_PREFIX = name != "prefix-keep"
+        attention.RECOMPUTED = name != "prefix-flash"
         sharing.PASS_TOKENS = pass_tokens // 2 if name == "prefix-half" else pass_tokens
         training.release_free_memory = (lambda: None) if name == "prefix-untrimmed" else release_free_memory
         try:
@@ -147,6 +152,7 @@ def main() -> None:
         finally:
             vars(policy).pop("bf16_weights", None)
             sharing.RECOMPUTE_PREFIX, training.release_free_memory = True, release_free_memory
+            attention.RECOMPUTED = True
             sharing.PASS_TOKENS = pass_tokens
 
     seconds: dict[str, list[float]] = {name: [] for name in variants}

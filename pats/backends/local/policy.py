@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pats.backends.local import grpo
+from pats.backends.local import attention, grpo
 from pats.backends.local.device import require_device
 from pats.backends.local.items import ChoiceItem, TrainItem
 from pats.backends.local.memory import one_malloc_arena, small_kernel_caches
@@ -86,6 +86,8 @@ class LocalPolicy:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         _check_plain_head(model)
         model.to(self.device)
+        if model.config._attn_implementation == "sdpa" and self.device.type == "cpu":
+            model.set_attn_implementation(attention.register())  # a faster backward (attention.py)
 
         self.reference = None
         if policy.lora is not None:

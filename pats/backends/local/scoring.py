@@ -42,7 +42,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from pats.backends.local import grpo
+from pats.backends.local import attention, grpo
 from pats.errors import BackendError
 
 CACHE_ROWS = 16384  # prompt-cache rows (candidates x prompt tokens) per pass when scoring
@@ -463,7 +463,7 @@ def _score_pass(model, cache, spans, rows, prefixes, prompts, candidates, width,
 
 def _attention_mask(model, allowed: Tensor) -> Tensor:
     """A boolean mask (True = attend) for SDPA; an additive float mask for eager attention."""
-    if model.config._attn_implementation == "sdpa":
+    if attention.takes_boolean_mask(model):
         return allowed
     dtype = model.get_output_embeddings().weight.dtype
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
