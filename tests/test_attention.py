@@ -73,3 +73,20 @@ def test_it_is_torch_sdpa_without_gradients_or_when_switched_off(monkeypatch):
     monkeypatch.setattr(attention, "RECOMPUTED", True)
     out, _ = attention.attention(Module(), q, k, v, None)
     assert len(calls) == 1 and not out.any()  # with gradients the core ran
+
+
+def test_only_a_cpu_model_on_sdpa_through_the_attention_interface_takes_it():
+    class Config:
+        _attn_implementation = "sdpa"
+
+    class Model:
+        config = Config()
+        _supports_attention_backend = True
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert attention.applies(Model(), cpu)
+    assert not attention.applies(Model(), cuda)
+    Model._supports_attention_backend = False  # an architecture that calls SDPA itself
+    assert not attention.applies(Model(), cpu)
+    Model._supports_attention_backend, Config._attn_implementation = True, "eager"
+    assert not attention.applies(Model(), cpu)

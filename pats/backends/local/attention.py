@@ -73,6 +73,16 @@ def attention(
     return out.transpose(1, 2).contiguous(), None
 
 
+def applies(model, device: torch.device) -> bool:
+    """Whether the model takes this attention: on a CPU, a model on SDPA that routes its attention
+    through transformers' attention interface (older architectures call SDPA themselves)."""
+    return (
+        device.type == "cpu"
+        and model.config._attn_implementation == "sdpa"
+        and bool(getattr(model, "_supports_attention_backend", False))
+    )
+
+
 def register() -> str:
     """Make NAME known to transformers (its attention and its mask, SDPA's boolean one); returns NAME."""
     from transformers import AttentionInterface
