@@ -98,11 +98,14 @@ def test_only_a_cpu_model_on_sdpa_through_the_attention_interface_takes_it():
     assert not attention.applies(Bare(), cpu)
 
 
-def test_without_a_scale_it_is_sdpas_default_and_a_non_causal_module_sees_every_key():
+def test_without_a_scale_it_is_sdpas_default_and_only_a_non_causal_module_sees_every_key():
     class Open(Module):
         is_causal = False
 
-    for module, queries in ((Module(), 2), (Open(), 4)):
+    class Unsaid(nn.Module):  # no is_causal: causal, as transformers' SDPA path reads it
+        num_key_value_groups = 3
+
+    for module, queries in ((Module(), 2), (Open(), 4), (Unsaid(), 4)):
         results = []
         for fn in (attention.attention, sdpa_attention_forward):
             q, k, v = _inputs(queries, queries)
