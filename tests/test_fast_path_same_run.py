@@ -9,7 +9,6 @@ choice: its rounding can move a sampled choice on either path (docs/journal/2026
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -44,9 +43,7 @@ def _start(repo, root, overrides) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pats", "run", str(repo / "experiments/quickstart.yaml"), *SMALL]
     cmd += [f"logging.root={root}", "name=run", *overrides]
     root.mkdir(parents=True)
-    return subprocess.Popen(
-        cmd, cwd=root, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    return subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(proc: subprocess.Popen, root):

@@ -5,8 +5,8 @@ about 10 ms a call in the quickstart's update, eight times its forward, and 34% 
 (bench/perf/update.py, 2-core EPYC). With gradients, attention here is the plain math instead
 (scores, softmax in fp32, weighted values: what transformers' eager attention computes), run under
 activation checkpointing: the backward recomputes the scores rather than keeping them, so only the
-inputs are saved, as with flash attention, and the same update took 0.70x the time at the same peak
-memory (docs/journal/2026-12-07-update-attention.md). Without gradients (rollouts, evaluation)
+inputs are saved, as with flash attention, and the same update took 0.76x the time side by side in
+one process (0.70x in separate ones) at the same peak memory (docs/journal/2026-12-07-update-attention.md). Without gradients (rollouts, evaluation)
 flash attention is the faster of the two at the packed passes' shapes and stays.
 
 `RECOMPUTED` switches the math core off (every pass then runs torch's SDPA), for benchmarks that put
@@ -26,10 +26,10 @@ RECOMPUTED = True  # with gradients on a CPU: the recomputed math core (False: t
 def _core(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, scaling: float) -> Tensor:
     """Attention of (B, H, Q, D) queries over (B, Hkv, K, D) keys/values, each key/value head
     serving H / Hkv query heads; `mask` (B or 1, 1, Q, K): True or 0.0 where a query may look. (B, H, Q, D)"""
-    b, heads, keys, dim = key.shape
-    groups = query.shape[1] // heads
-    key = key[:, :, None].expand(b, heads, groups, keys, dim).reshape(b, heads * groups, keys, dim)
-    value = value[:, :, None].expand(b, heads, groups, keys, dim).reshape(b, heads * groups, keys, dim)
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    groups = query.shape[1] // key.shape[1]
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)  # (B, H, K, D) each
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, Q, K)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
