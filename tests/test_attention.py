@@ -84,19 +84,18 @@ def test_only_a_cpu_model_on_sdpa_through_the_attention_interface_takes_it():
         _supports_attention_backend = True
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert attention.applies(Model(), cpu, bf16_autocast=True)
-    assert not attention.applies(Model(), cpu, bf16_autocast=False)  # fp32: flash was the faster there
-    assert not attention.applies(Model(), cuda, bf16_autocast=True)
+    assert attention.applies(Model(), cpu)
+    assert not attention.applies(Model(), cuda)
     Model._supports_attention_backend = False  # an architecture that calls SDPA itself
-    assert not attention.applies(Model(), cpu, bf16_autocast=True)
+    assert not attention.applies(Model(), cpu)
     Model._supports_attention_backend, Config._attn_implementation = True, "eager"
-    assert not attention.applies(Model(), cpu, bf16_autocast=True)
+    assert not attention.applies(Model(), cpu)
 
     class Bare:  # no word on its attention backend: not taken
         config = Config()
 
     Config._attn_implementation = "sdpa"
-    assert not attention.applies(Bare(), cpu, bf16_autocast=True)
+    assert not attention.applies(Bare(), cpu)
 
 
 def test_without_a_scale_it_is_sdpas_default_and_only_a_non_causal_module_sees_every_key():
@@ -163,7 +162,7 @@ def test_a_model_given_it_routes_attention_through_it_with_sdpas_gradient(monkey
         return torch.cat([p.grad.flatten() for p in model.parameters()])
 
     on_sdpa = gradient()
-    assert attention.applies(model, torch.device("cpu"), bf16_autocast=True)
+    assert attention.applies(model, torch.device("cpu"))
     model.set_attn_implementation(attention.register())
     assert model.config._attn_implementation == attention.NAME
     calls = []

@@ -258,18 +258,9 @@ def test_top_layers_puts_adapters_on_the_last_layers_only(tiny_model_dir):
         LocalPolicy(PolicySpec(model=str(tiny_model_dir), lora=LoraSpec(top_layers=3)), trainer, seed=0)
 
 
-def test_on_a_cpu_under_bf16_autocast_the_policy_trains_with_the_recomputed_attention(
-    tiny_model_dir, monkeypatch
-):
-    """Under bf16 autocast its passes with gradients skip torch's slow CPU flash-attention backward;
-    in fp32 it keeps SDPA, the faster there (attention.py)."""
+def test_on_a_cpu_the_policy_trains_with_the_recomputed_attention(policy):
+    """Its passes with gradients skip torch's slow CPU flash-attention backward (attention.py)."""
     from pats.backends.local import attention
-    from pats.backends.local import policy as local_policy
 
-    monkeypatch.setattr(local_policy, "bf16_autocast_supported", lambda device: True)  # as avx512_bf16
-    spec = PolicySpec(model=str(tiny_model_dir), lora=LoraSpec(rank=2, alpha=4))
-    bf16 = LocalPolicy(spec, LocalTrainerSpec(autocast_bf16=True), seed=0)
-    assert bf16.autocast and bf16.model.config._attn_implementation == attention.NAME
-    assert attention.takes_boolean_mask(bf16.model)
-    fp32 = LocalPolicy(spec, LocalTrainerSpec(autocast_bf16=False), seed=0)
-    assert not fp32.autocast and fp32.model.config._attn_implementation == "sdpa"
+    assert policy.model.config._attn_implementation == attention.NAME
+    assert attention.takes_boolean_mask(policy.model)

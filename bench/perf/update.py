@@ -15,10 +15,8 @@ Score mode (the default):
 - `prefix-untrimmed`: `prefix` without `malloc_trim` after each backward pass (memory.py);
 - `prefix-half`: `prefix` with half as many suffix tokens per pass (`sharing.PASS_TOKENS`);
 - `prefix-flash`: `prefix` with torch's SDPA (flash attention on a CPU) in the passes with gradients
-  instead of the recomputed math core (`attention.RECOMPUTED`), as before 2026-12-07. Only under bf16
-  autocast: in fp32 the policy keeps SDPA (`attention.applies`), so there both run the same passes (the
-  fp32 comparison that set that rule, 1.06x flash's time on an AVX2-only EPYC, was measured before it:
-  bench/results/update_tasks3_prefix_prefix-flash_fp32-avx2.json).
+  instead of the recomputed math core (`attention.RECOMPUTED`), as before 2026-12-07 (in fp32 on an
+  AVX2-only EPYC: 1.06x, within that machine's noise; bench/results/update_tasks3_prefix_prefix-flash_fp32-avx2.json).
 Generate mode (`--action generate`, `--new-tokens` per turn): `whole` (each sequence whole,
 `trainer.micro_batch` per pass), `prefix` (the prefix once, the rests of prompt and response against
 it), both `+top8`, and `prefix-cast`.

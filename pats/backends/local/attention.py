@@ -1,18 +1,17 @@
-"""The local policy's attention on a CPU under bf16 autocast: torch's SDPA without gradients, a
-recomputed math core with.
+"""The local policy's attention on a CPU: torch's SDPA without gradients, a recomputed math core with.
 
 Under torch 2.13 on a CPU, SDPA with a mask runs its flash-attention kernel, whose backward pass took
-about 10 ms a call in the quickstart's update under bf16 autocast, eight times its forward, and 34% of
-the update's time (bench/perf/update.py, 2-core EPYC with avx512_bf16). With gradients, attention here
-is the plain math instead
+about 10 ms a call in the quickstart's update, eight times its forward, and 34% of the update's time
+(bench/perf/update.py, 2-core EPYC). With gradients, attention here is the plain math instead
 (scores, softmax in fp32, weighted values: what transformers' eager attention computes), run under
 activation checkpointing: the backward recomputes the scores rather than keeping them, so only the
 inputs are saved, as with flash attention, and the same update took 0.76x the time side by side in
 one process (0.70x in separate ones) at the same peak memory (docs/journal/2026-12-07-update-attention.md). Without gradients (rollouts, evaluation)
 flash attention is the faster of the two at the packed passes' shapes and stays. In fp32 (a CPU
-without native bf16, where pats leaves autocast off) the math core was the slower one, 1.06x flash's
-time side by side (2-core EPYC with AVX2 only, bench/results/update_tasks3_prefix_prefix-flash_fp32-avx2.json),
-so a model in fp32 keeps SDPA (`applies`).
+without native bf16, where pats leaves autocast off; a 2-core EPYC with AVX2 only) the two were within
+that machine's noise: 1.06x flash's time side by side in one process
+(bench/results/update_tasks3_prefix_prefix-flash_fp32-avx2.json), 0.95x in separate processes with a
+peak ~40 MB lower (docs/journal/2026-12-07-avx2-machine.md), so one rule serves both.
 
 `RECOMPUTED` switches the math core off (every pass then runs torch's SDPA), for benchmarks that put
 the two side by side in one process.
@@ -78,13 +77,11 @@ def attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def applies(model, device: torch.device, bf16_autocast: bool) -> bool:
-    """Whether the model takes this attention: on a CPU under bf16 autocast (where it was measured
-    faster; in fp32 it was slower), a model on SDPA that routes its attention through transformers'
-    attention interface (older architectures call SDPA themselves)."""
+def applies(model, device: torch.device) -> bool:
+    """Whether the model takes this attention: on a CPU, a model on SDPA that routes its attention
+    through transformers' attention interface (older architectures call SDPA themselves)."""
     return (
         device.type == "cpu"
-        and bf16_autocast
         and model.config._attn_implementation == "sdpa"
         and bool(getattr(model, "_supports_attention_backend", False))
     )

@@ -86,7 +86,7 @@ class LocalPolicy:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         _check_plain_head(model)
         model.to(self.device)
-        if attention.applies(model, self.device, self.autocast):
+        if attention.applies(model, self.device):
             model.set_attn_implementation(attention.register())  # a faster backward (attention.py)
 
         self.reference = None
