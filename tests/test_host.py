@@ -9,7 +9,15 @@ import pytest
 
 from pats.engine.run import resume, run_spec
 from pats.errors import PrerequisiteError, RunInterrupted
-from pats.host import HOST_FILE, Machine, cpu_model, read_hosts, this_machine, torch_version
+from pats.host import (
+    HOST_FILE,
+    Machine,
+    cpu_has_native_bf16,
+    cpu_model,
+    read_hosts,
+    this_machine,
+    torch_version,
+)
 from pats.spec import load_spec
 from pats.testing.sweep import scripted_trainers
 
@@ -31,6 +39,22 @@ def test_the_cpu_model_is_cpuinfos_model_name_else_platforms(tmp_path):
     info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # an ARM machine's: no model name
     assert cpu_model(info) == (platform.processor() or platform.machine() or "unknown")
     assert cpu_model(tmp_path / "none") == (platform.processor() or platform.machine() or "unknown")
+
+
+@pytest.mark.parametrize(
+    ("flags", "native"),
+    [
+        ("fpu avx avx2 fma", False),  # the AVX2-only EPYC (Zen 3)
+        ("fpu avx2 avx512f avx512_bf16", True),  # the EPYC with avx512_bf16 (Zen 4)
+        ("fpu avx2 amx_bf16 amx_tile", True),  # an Intel with AMX
+        ("fpu avx512_bf16x", False),  # a flag is a whole word
+    ],
+)
+def test_native_bf16_is_read_from_the_cpus_flags(tmp_path, flags, native):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert cpu_has_native_bf16(info) is native
+    assert cpu_has_native_bf16(tmp_path / "none") is False, "not Linux: fp32"
 
 
 def test_the_torch_version_is_the_installed_ones():

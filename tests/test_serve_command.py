@@ -34,7 +34,7 @@ def python(tmp_path) -> Path:
 
 def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys):
     code = main(["serve", str(model_dir), "--name", "m", "--port", "8123", "--python", str(python),
-                 "--max-model-len", "4096", "--kv-cache-gib", "3", "--dry-run"])  # fmt: skip
+                 "--max-model-len", "4096", "--kv-cache-gib", "3", "--dtype", "bfloat16", "--dry-run"])  # fmt: skip
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert code == 0 and captured.err == "", "no note: the interpreter is there"
@@ -87,12 +87,17 @@ def test_what_it_says_reaches_a_pipe_before_the_server_takes_over(model_dir, tmp
     assert lines[-1] == f"served with {' '.join(vllm_command(fake, model_dir, 'm')[1:])}; offline=1"
 
 
-def test_the_default_is_the_embedded_policys_converted_directory(model_dir, python, monkeypatch, capsys):
+@pytest.mark.parametrize(("native_bf16", "dtype"), [(True, "bfloat16"), (False, "float32")])
+def test_the_default_is_the_embedded_policys_converted_directory(
+    native_bf16, dtype, model_dir, python, monkeypatch, capsys
+):
     """With no flags: the embedded model's directory, its own context (8192 tokens) and a 2 GiB KV cache
-    (the CPU build's), offline, on 127.0.0.1:8000."""
+    (the CPU build's), offline, on 127.0.0.1:8000, in bf16 only where the CPU computes it natively."""
+    import pats.lm.serve
     import pats.models.files as files
 
     monkeypatch.setattr(files, "resolve_model_dir", lambda model: model_dir)
+    monkeypatch.setattr(pats.lm.serve, "cpu_has_native_bf16", lambda: native_bf16)
     assert main(["serve", "--python", str(python), "--dry-run"]) == 0
     line = shlex.split(capsys.readouterr().out.splitlines()[2])
     assert line[:5] == [
@@ -100,7 +105,7 @@ def test_the_default_is_the_embedded_policys_converted_directory(model_dir, pyth
         "TRANSFORMERS_OFFLINE=1",
     ]  # fmt: skip
     assert line[8:20] == ["--model", str(model_dir), "--served-model-name", "my-model", "--host", "127.0.0.1",
-                          "--port", "8000", "--dtype", "bfloat16", "--max-model-len", "8192"]  # fmt: skip
+                          "--port", "8000", "--dtype", dtype, "--max-model-len", "8192"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -193,6 +198,9 @@ def test_the_help_says_each_flag_and_its_default():
         "port": (8000, None, None, int, "port (default 8000)"),
         "max_model_len": (8192, None, None, int, "context length in tokens (default 8192, the embedded model's)"),
         "kv_cache_gib": (2, None, None, int, "KV cache of vLLM's CPU build in GiB (default 2)"),
+        "dtype": (None, None, None, None,
+                  "the weights' dtype (default: bfloat16 where this CPU computes it natively, avx512_bf16 or "
+                  "AMX, else float32; on a GPU write bfloat16 or auto)"),
         "python": (None, None, None, None,
                    "the interpreter with vLLM (default: $PATS_VLLM_PYTHON, else <venv>-vllm)"),
         "dry_run": (False, None, 0, None, "print the command line instead of running it"),

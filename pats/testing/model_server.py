@@ -10,7 +10,8 @@ to one local model directory, on a free port, offline, and stops it on exit:
 
 The server is pinned to the directory it was started with and refuses requests for any other model
 name; it is started from a scratch folder holding a link `<name>` to the directory, so the model
-string is the short `openai/<name>` rather than `openai/<absolute path>`. On a 2-core CPU the embedded
+string is the short `openai/<name>` rather than `openai/<absolute path>`. The weights are bf16 only
+where the CPU computes bf16 natively, else fp32 (`cpu_dtype`, as vLLM's). On a 2-core CPU the embedded
 SmolLM2-135M writes a few to a few tens of tokens a second: keep `llm.max_tokens` small.
 
 One gap of `transformers serve` (5.10) is patched in the server process (`python -m
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
+from pats.lm.serve import cpu_dtype
 from pats.testing.local_server import LocalServer, free_port
 
 __all__ = ["ServedModel", "free_port", "require_serving"]
@@ -57,7 +59,16 @@ class ServedModel(LocalServer):
         (folder / self.name).symlink_to(self.model_dir, target_is_directory=True)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         command = [sys.executable, "-m", "pats.testing.model_server", "serve", self.name]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"]
+        command += [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--device",
+            "cpu",
+            "--dtype",
+            cpu_dtype(),
+        ]
         return self._launch(command, env)
 
 

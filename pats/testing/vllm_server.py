@@ -4,7 +4,8 @@
 beside a reviser, with the command line `pats serve` runs (pats.lm.serve: its own interpreter,
 `.venv-vllm` from `scripts/install VENV --vllm` or `PATS_VLLM_PYTHON`). Nothing is installed at test
 time. It is started offline on a free port with the embedded model's converted directory (bf16
-safetensors) and stopped on exit:
+safetensors, served in bf16 only where the CPU computes it natively, else fp32: `cpu_dtype`) and
+stopped on exit:
 
     with VLLMServer(resolve_model_dir(EMBEDDED_POLICY)) as server:
         llm = {"model": server.model, "api_base": server.base_url}   # hosted_vllm/<name>
@@ -57,17 +58,24 @@ class VLLMServer(LocalServer):
         ready_s: float = 900.0,
         max_model_len: int = MAX_MODEL_LEN,
         kv_cache_gib: int = KV_CACHE_GIB,
+        dtype: str | None = None,
     ):
         # ready_s: the first start compiles kernels, minutes on a loaded 2-core machine.
         super().__init__(model_dir, name=name, ready_s=ready_s)
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
+        self.dtype = dtype  # None: this CPU's (pats.lm.serve.cpu_dtype)
 
     def start(self) -> VLLMServer:
         python = vllm_python()
         self._folder_for("pats-vllm-")
         assert self.port is not None
         command = vllm_command(
-            python, self.model_dir, self.name, port=self.port, max_model_len=self.max_model_len
+            python,
+            self.model_dir,
+            self.name,
+            port=self.port,
+            max_model_len=self.max_model_len,
+            dtype=self.dtype,
         )
         return self._launch(command, {**os.environ, **vllm_env(self.kv_cache_gib)})

@@ -39,6 +39,7 @@ from pats.backends.local.scoring import PrefixStore, score_batch, score_candidat
 from pats.backends.local.training import run_update
 from pats.envs.prompting import admissible_line
 from pats.errors import BackendError
+from pats.host import cpu_has_native_bf16
 from pats.models.files import resolve_model_dir
 from pats.spec.models import LocalTrainerSpec, PolicySpec
 
@@ -50,11 +51,7 @@ def bf16_autocast_supported(device: torch.device) -> bool:
     Without native support CPU autocast emulates bf16 and runs slower than fp32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux: no cheap way to know, stay in fp32
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_has_native_bf16()
 
 
 class LocalPolicy:
