@@ -32,7 +32,15 @@ def python(tmp_path) -> Path:
     return path
 
 
-def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys):
+@pytest.fixture
+def many_cpus(monkeypatch):
+    """A machine of 16 cores, where vLLM keeps its default core for its scheduler."""
+    import pats.lm.serve
+
+    monkeypatch.setattr(pats.lm.serve.os, "cpu_count", lambda: 16)
+
+
+def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys, many_cpus):
     code = main(["serve", str(model_dir), "--name", "m", "--port", "8123", "--python", str(python),
                  "--max-model-len", "4096", "--kv-cache-gib", "3", "--dtype", "bfloat16", "--dry-run"])  # fmt: skip
     captured = capsys.readouterr()
@@ -89,7 +97,7 @@ def test_what_it_says_reaches_a_pipe_before_the_server_takes_over(model_dir, tmp
 
 @pytest.mark.parametrize(("native_bf16", "dtype"), [(True, "bfloat16"), (False, "float32")])
 def test_the_default_is_the_embedded_policys_converted_directory(
-    native_bf16, dtype, model_dir, python, monkeypatch, capsys
+    native_bf16, dtype, model_dir, python, monkeypatch, capsys, many_cpus
 ):
     """With no flags: the embedded model's directory, its own context (8192 tokens) and a 2 GiB KV cache
     (the CPU build's), offline, on 127.0.0.1:8000, in bf16 only where the CPU computes it natively."""
@@ -154,6 +162,15 @@ def test_the_test_fixture_starts_the_same_command(model_dir, python, monkeypatch
     assert command == vllm_command(python, model_dir.resolve(), "m", port=server.port)
     assert {k: env[k] for k in vllm_env()} == vllm_env() and env["PATH"] == os.environ["PATH"]
     assert command[command.index("--host") + 1] == "127.0.0.1" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_on_two_cores_vllm_keeps_no_core_from_the_model():
+    """vLLM's CPU build reserves a core per rank for its scheduler: on 2 cores its forward passes then
+    ran on one thread. Up to SMALL_MACHINE_CPUS cores none is reserved; above, vLLM's default stands."""
+    assert vllm_env(cpus=1)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert vllm_env(cpus=2)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in vllm_env(cpus=3)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in vllm_env(cpus=64, offline=False)
 
 
 def test_the_vllm_pinned_is_the_one_the_install_script_installs(repo):

@@ -33,6 +33,7 @@ VLLM_INSTALL = (
 )
 MAX_MODEL_LEN = 8192  # the embedded model's own context
 KV_CACHE_GIB = 2  # the CPU build's KV cache (VLLM_CPU_KVCACHE_SPACE); a GPU build sizes its own
+SMALL_MACHINE_CPUS = 2  # where vLLM's CPU build keeps no core for its scheduler (vllm_env)
 
 
 def vllm_python(named: str | None = None) -> Path:
@@ -79,8 +80,15 @@ def vllm_command(
     return command + ["--structured-outputs-config", json.dumps(COMPACT_JSON)]
 
 
-def vllm_env(kv_cache_gib: int = KV_CACHE_GIB, offline: bool = True) -> dict[str, str]:
+def vllm_env(
+    kv_cache_gib: int = KV_CACHE_GIB, offline: bool = True, cpus: int | None = None
+) -> dict[str, str]:
     """The variables the server runs with (beside this process's own): no usage reports, and offline
-    (a local model directory needs no download) unless `offline` is False (a Hugging Face id to fetch)."""
+    (a local model directory needs no download) unless `offline` is False (a Hugging Face id to fetch).
+    On a machine of `SMALL_MACHINE_CPUS` cores or fewer (`cpus`, default this one's) no core is kept
+    from the model: vLLM's CPU build otherwise reserves one for its scheduler, which on 2 cores leaves
+    the model's forward passes one thread."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if (cpus or os.cpu_count() or 1) <= SMALL_MACHINE_CPUS:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
     return {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} if offline else env
