@@ -57,32 +57,32 @@ class Hosts(Record):
         return tuple(dict.fromkeys(s.machine for s in self.starts))
 
 
+def _cpuinfo_field(cpuinfo: Path, key: str) -> str | None:
+    """The first non-empty value of `key` in /proc/cpuinfo (the first processor's); None without one
+    or without the file (not Linux)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == key and value.strip():
+            return value.strip()
+    return None
+
+
 def cpu_model(cpuinfo: Path = CPUINFO) -> str:
     """The CPU's model name from /proc/cpuinfo (Linux on x86), else what `platform` says."""
-    try:
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return " ".join(value.split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    name = _cpuinfo_field(cpuinfo, "model name")
+    return " ".join(name.split()) if name else platform.processor() or platform.machine() or "unknown"
 
 
 def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
     """Whether the CPU computes in bf16 natively (avx512_bf16 or AMX). Without it bf16 matmuls are
     emulated (about 1 GFLOP/s against about 120 in fp32 on the 2-core AVX2 EPYC, 2026-12-07), so the
     policy's autocast and the test servers stay in fp32. Not Linux: unknown, so False (fp32)."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            flags = set(value.split())
-            return bool(flags & {"avx512_bf16", "amx_bf16"})
-    return False
+    flags = set((_cpuinfo_field(cpuinfo, "flags") or "").split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def torch_version() -> str:

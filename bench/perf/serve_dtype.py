@@ -79,11 +79,9 @@ def main() -> None:
     totals = {r["dtype"]: sum(s for s, _ in r["requests"]) for r in rows}
     if len(totals) == 2:
         print(f"requests' seconds, bfloat16 / float32: {totals['bfloat16'] / totals['float32']:.2f}x")
-    tag = "native_bf16" if cpu_has_native_bf16() else "no_native_bf16"
-    out = RESULTS / f"serve_dtype-{tag}.json"
-    out.write_text(
-        json.dumps({"cpu": cpu_model(), "native_bf16": cpu_has_native_bf16(), "rows": rows}, indent=1)
-    )
+    native = cpu_has_native_bf16()
+    out = RESULTS / f"serve_dtype-{'native_bf16' if native else 'no_native_bf16'}.json"
+    out.write_text(json.dumps({"cpu": cpu_model(), "native_bf16": native, "rows": rows}, indent=1))
     print(f"wrote {out}")
 
 
