@@ -57,6 +57,12 @@ class Hosts(Record):
         return tuple(dict.fromkeys(s.machine for s in self.starts))
 
 
+def machine_cpus() -> int:
+    """The CPUs this process may run on (a container's share, not the host's count): what a sweep's
+    parallel cells divide and what decides whether vLLM keeps a core for its scheduler."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _cpuinfo_field(cpuinfo: Path, key: str) -> str | None:
     """The first non-empty value of `key` in /proc/cpuinfo (the first processor's); None without one
     or without the file (not Linux)."""

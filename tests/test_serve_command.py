@@ -37,7 +37,7 @@ def many_cpus(monkeypatch):
     """A machine of 16 cores, where vLLM keeps its default core for its scheduler."""
     import pats.lm.serve
 
-    monkeypatch.setattr(pats.lm.serve.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(pats.lm.serve, "machine_cpus", lambda: 16)
 
 
 def test_the_dry_run_prints_the_command_and_the_bench_line(model_dir, python, capsys, many_cpus):
@@ -171,6 +171,17 @@ def test_on_two_cores_vllm_keeps_no_core_from_the_model():
     assert vllm_env(cpus=2)["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in vllm_env(cpus=3)
     assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in vllm_env(cpus=64, offline=False)
+
+
+def test_the_core_rule_counts_the_cores_this_process_may_use_not_the_hosts(monkeypatch):
+    """A container limited to 2 cores of a 64-core host is a 2-core machine to vLLM's forward passes."""
+    import pats.host
+
+    monkeypatch.setattr(pats.host.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(pats.host.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert vllm_env()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    monkeypatch.setattr(pats.host.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in vllm_env()
 
 
 def test_the_vllm_pinned_is_the_one_the_install_script_installs(repo):

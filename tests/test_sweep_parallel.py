@@ -82,7 +82,7 @@ def test_without_ray_the_sweep_names_the_extra_and_writes_nothing(repo, tmp_path
 
 def test_parallel_shares_the_machine_and_takes_no_cpus_of_its_own(repo, capsys):
     from pats.cli.main import main
-    from pats.sweep.cluster import machine_cpus
+    from pats.host import machine_cpus
 
     quickstart = str(repo / "experiments/quickstart.yaml")
     assert main(["sweep", quickstart, "--parallel", "2", "--dry-run"]) == 0

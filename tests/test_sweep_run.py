@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from pats.errors import RunInterrupted
+from pats.host import machine_cpus
 from pats.sweep import SweepSpec, run_sweep
 from pats.sweep import cluster as cluster_module
 from pats.sweep.cell import CellResult, run_cell
-from pats.sweep.cluster import Asks, machine_cpus
+from pats.sweep.cluster import Asks
 from pats.testing.fakes import ScriptedBackend, improving_schedule
 from pats.testing.sweep import scripted_trainers, train_on_fakes
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from pats.errors import PrerequisiteError
-from pats.host import cpu_has_native_bf16
+from pats.host import cpu_has_native_bf16, machine_cpus
 
 VLLM_VERSION = "0.32.0"
 COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}
@@ -85,10 +85,10 @@ def vllm_env(
 ) -> dict[str, str]:
     """The variables the server runs with (beside this process's own): no usage reports, and offline
     (a local model directory needs no download) unless `offline` is False (a Hugging Face id to fetch).
-    On a machine of `SMALL_MACHINE_CPUS` cores or fewer (`cpus`, default this one's) no core is kept
-    from the model: vLLM's CPU build otherwise reserves one for its scheduler, which on 2 cores leaves
-    the model's forward passes one thread."""
+    On a machine of `SMALL_MACHINE_CPUS` cores or fewer (`cpus`, default the ones this process may run
+    on: a container's share, `machine_cpus`) no core is kept from the model: vLLM's CPU build otherwise
+    reserves one for its scheduler, which on 2 cores leaves the model's forward passes one thread."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    if (cpus or os.cpu_count() or 1) <= SMALL_MACHINE_CPUS:
+    if (cpus or machine_cpus()) <= SMALL_MACHINE_CPUS:
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
     return {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} if offline else env

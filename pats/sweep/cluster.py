@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pats.errors import PrerequisiteError, RunInterrupted, install_hint
+from pats.host import machine_cpus
 from pats.sweep.cell import CellResult, line, ray_task
 from pats.sweep.grid import Cell, SweepSpec
 from pats.sweep.record import LOG, CellStatus, read_status, write_status
@@ -49,11 +50,6 @@ class Asks:
     def text(self) -> str:
         memory = f", {self.memory_gb:.1f} GiB" if self.memory_gb else ""
         return f"{self.cpus:g} CPU, {self.gpus:g} GPU{memory} each"
-
-
-def machine_cpus() -> int:
-    """The CPUs this process may run on (a container's share, not the host's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def asks_for(sweep: SweepSpec, parallel: int | None) -> Asks:
