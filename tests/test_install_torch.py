@@ -58,7 +58,14 @@ def venv_with_pip(path: Path) -> Path:
     return path
 
 
-def install(venv: Path, tmp_path: Path, *, find_links: Path | None, torch_index: str) -> tuple[str, str]:
+def install(
+    venv: Path,
+    tmp_path: Path,
+    *,
+    find_links: Path | None,
+    torch_index: str,
+    pip_options: tuple[str, ...] = (),
+) -> tuple[str, str]:
     """Run the script with pip cut off from this machine's config: 'PyPI' is a local index holding only
     the plain 2.13.0. Returns (the installed torch's version, the script's stderr)."""
     pypi = simple_index(tmp_path / "pypi", stand_in_wheel(tmp_path / "pypi-files", "2.13.0"))
@@ -73,10 +80,10 @@ def install(venv: Path, tmp_path: Path, *, find_links: Path | None, torch_index:
     }
     if find_links is not None:
         env["PIP_FIND_LINKS"] = str(find_links)
-    done = subprocess.run([str(SCRIPT), str(venv)], env=env, capture_output=True, text=True)
+    done = subprocess.run([str(SCRIPT), str(venv), *pip_options], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    shown = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+    shown = subprocess.run(  # writing no bytecode: a test reads whether pip wrote any
+        [str(venv / "bin" / "python"), "-B", "-c", "import torch; print(torch.__version__)"],
         capture_output=True,
         text=True,
         check=True,
@@ -114,6 +121,24 @@ def test_only_pypis_build_says_so_and_how_to_get_the_cpu_one(tmp_path):
     assert "torch 2.13.0 is PyPI's CUDA build" in stderr
     assert f"since {empty} gave no CPU build" in stderr
     assert "set PATS_TORCH_INDEX" in stderr and "torch==2.13.0+cpu" in stderr
+
+
+@pytest.mark.parametrize("pip_options", [(), ("--no-compile",)], ids=["compiled", "not-compiled"])
+def test_pip_options_after_the_venv_reach_pip(tmp_path, pip_options):
+    """scripts/install passes --no-compile (it compiles the whole venv at the end, on every core): pip
+    then writes no bytecode for torch; without it pip compiles as always."""
+    wheelhouse = tmp_path / "wheelhouse"
+    stand_in_wheel(wheelhouse, "2.13.0+cpu")
+    venv = venv_with_pip(tmp_path / "venv")
+    install(
+        venv,
+        tmp_path,
+        find_links=wheelhouse,
+        torch_index=(tmp_path / "none").as_uri(),
+        pip_options=pip_options,
+    )
+    compiled = list(next(venv.glob("lib/python*/site-packages")).glob("torch/__pycache__/__init__.*.pyc"))
+    assert bool(compiled) == (pip_options == ())
 
 
 def test_it_names_its_usage_without_a_venv(tmp_path):
